@@ -1,0 +1,68 @@
+"""The one envelope every message shares: camelCase JSON on the wire, snake_case in Python.
+
+Messages are frozen and forbid unknown fields, so a typo in a pipeline's JSON is refused with a
+message naming the field instead of being silently dropped.  Validation is strict: `"3"` is not
+a number and `1.5` is not a count.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated
+
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+
+class Wire(BaseModel):
+    """Base of every value type, command and fact."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        frozen=True,
+        strict=True,
+        allow_inf_nan=False,
+        use_enum_values=False,
+        ser_json_inf_nan="null",
+    )
+
+
+_NAME = re.compile(r"[A-Za-z0-9_-]{1,128}")
+
+
+def _check_name(value: str) -> str:
+    if not _NAME.fullmatch(value):
+        raise ValueError(
+            "must be 1-128 characters of letters, digits, hyphens (-) and underscores (_)"
+        )
+    return value
+
+
+def _strip_arn(value: object) -> object:
+    """Accept an ARN wherever AWS accepts one, keeping only the resource name.
+
+    `arn:aws:batch:us-east-1:123456789012:job-queue/q` and `.../scheduling-policy/sp` both
+    become their last path element, so the rest of the system only ever sees names.
+    """
+    if isinstance(value, str) and value.startswith("arn:"):
+        resource = value.split(":", 5)[-1]
+        return resource.rsplit("/", 1)[-1]
+    return value
+
+
+Name = Annotated[str, AfterValidator(_check_name)]
+"""An AWS Batch resource name: 1-128 characters of `[A-Za-z0-9_-]`."""
+
+NameOrArn = Annotated[str, BeforeValidator(_strip_arn), AfterValidator(_check_name)]
+"""A name, or an ARN whose last path element is the name."""
+
+JobId = Annotated[str, BeforeValidator(_strip_arn), Field(min_length=1, max_length=256)]
+"""A job id (or a job ARN, as the SageMaker SDK sends)."""
+
+Priority = Annotated[int, Field(ge=0, le=9999)]
+"""`schedulingPriority`: 0-9999, higher is more important."""
+
+LogicalTime = Annotated[float, Field(ge=0)]
+"""Seconds on the scheduler's logical clock; only ever enters through `at`."""

@@ -1,0 +1,249 @@
+"""Commands: requests to the scheduler, named after the AWS Batch operations they mirror.
+
+A command may be refused (the scheduler answers with a `CommandRejected` fact) but is never
+lost.  Field names are AWS's camelCase on the wire.  `at` is optional on the bus (the scheduler
+stamps it) and required in replay files by convention.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, model_validator
+
+from events.base import JobId, LogicalTime, Name, NameOrArn, Priority, Wire
+from events.values import (
+    EnvironmentLimits,
+    JobPreemptionConfiguration,
+    JobStateTimeLimitAction,
+    QuotaSharePolicy,
+    ReportedStatus,
+    ResourceSharingConfiguration,
+    RetryStrategy,
+    ServiceEnvironmentOrder,
+    SharePreemptionConfiguration,
+    ShareLimits,
+    State,
+    Tags,
+    TimeoutConfig,
+    Usage,
+)
+
+PAYLOAD_LIMIT_BYTES = 10 * 1024
+
+
+class Command(Wire):
+    kind: str
+    at: LogicalTime | None = None
+
+
+class CreateServiceEnvironment(Command):
+    kind: Literal["CreateServiceEnvironment"] = "CreateServiceEnvironment"
+    service_environment_name: Name
+    capacity_limits: EnvironmentLimits
+    service_environment_type: Literal["SAGEMAKER_TRAINING"] = "SAGEMAKER_TRAINING"
+    state: State = State.ENABLED
+    tags: Tags | None = None
+
+
+class UpdateServiceEnvironment(Command):
+    """The capacity event: a pool can grow or shrink at any time."""
+
+    kind: Literal["UpdateServiceEnvironment"] = "UpdateServiceEnvironment"
+    service_environment: NameOrArn
+    capacity_limits: EnvironmentLimits | None = None
+    state: State | None = None
+
+
+class CreateSchedulingPolicy(Command):
+    kind: Literal["CreateSchedulingPolicy"] = "CreateSchedulingPolicy"
+    name: Name
+    quota_share_policy: QuotaSharePolicy
+    tags: Tags | None = None
+
+
+class CreateJobQueue(Command):
+    kind: Literal["CreateJobQueue"] = "CreateJobQueue"
+    job_queue_name: Name
+    service_environment_order: Annotated[
+        list[ServiceEnvironmentOrder], Field(min_length=1, max_length=1)
+    ]
+    scheduling_policy: NameOrArn
+    job_queue_type: Literal["SAGEMAKER_TRAINING"] = "SAGEMAKER_TRAINING"
+    priority: Annotated[int, Field(ge=0, le=1000)] = 1
+    state: State = State.ENABLED
+    job_state_time_limit_actions: Annotated[
+        list[JobStateTimeLimitAction], Field(max_length=5)
+    ] = []
+    tags: Tags | None = None
+
+
+class UpdateJobQueue(Command):
+    kind: Literal["UpdateJobQueue"] = "UpdateJobQueue"
+    job_queue: NameOrArn
+    state: State | None = None
+    priority: Annotated[int, Field(ge=0, le=1000)] | None = None
+    job_state_time_limit_actions: Annotated[
+        list[JobStateTimeLimitAction], Field(max_length=5)
+    ] | None = None
+
+
+class CreateQuotaShare(Command):
+    kind: Literal["CreateQuotaShare"] = "CreateQuotaShare"
+    quota_share_name: Name
+    job_queue: NameOrArn
+    capacity_limits: ShareLimits
+    resource_sharing_configuration: ResourceSharingConfiguration
+    preemption_configuration: SharePreemptionConfiguration
+    state: State = State.ENABLED
+    tags: Tags | None = None
+
+
+class UpdateQuotaShare(Command):
+    kind: Literal["UpdateQuotaShare"] = "UpdateQuotaShare"
+    job_queue: NameOrArn
+    quota_share_name: Name
+    capacity_limits: ShareLimits | None = None
+    resource_sharing_configuration: ResourceSharingConfiguration | None = None
+    preemption_configuration: SharePreemptionConfiguration | None = None
+    state: State | None = None
+
+
+class DeleteQuotaShare(Command):
+    kind: Literal["DeleteQuotaShare"] = "DeleteQuotaShare"
+    job_queue: NameOrArn
+    quota_share_name: Name
+
+
+class SubmitServiceJob(Command):
+    kind: Literal["SubmitServiceJob"] = "SubmitServiceJob"
+    job_name: Name
+    job_queue: NameOrArn
+    quota_share_name: Name
+    capacity_usage: Usage | None = None
+    service_request_payload: dict[str, Any] | str | None = None
+    service_job_type: Literal["SAGEMAKER_TRAINING"] = "SAGEMAKER_TRAINING"
+    job_id: Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:-]+$")] | None = None
+    scheduling_priority: Priority = 0
+    share_identifier: str | None = None
+    preemption_configuration: JobPreemptionConfiguration | None = None
+    retry_strategy: RetryStrategy | None = None
+    timeout_config: TimeoutConfig | None = None
+    client_token: Annotated[str, Field(min_length=1, max_length=64)] | None = None
+    tags: Tags | None = None
+
+    @model_validator(mode="after")
+    def _need_is_known(self) -> SubmitServiceJob:
+        if self.share_identifier is not None:
+            raise ValueError(
+                "shareIdentifier can't be used on a quota-management job queue; "
+                "name the quota share with quotaShareName"
+            )
+        if (self.capacity_usage is None) == (self.service_request_payload is None):
+            raise ValueError("give exactly one of capacityUsage or serviceRequestPayload")
+        if self.service_request_payload is not None:
+            need_from_payload(self.service_request_payload)  # raises with a precise reason
+        return self
+
+    def need(self) -> tuple[tuple[str, int], ...]:
+        """The instances this job needs, per capacity unit, in the order given."""
+        if self.capacity_usage is not None:
+            return tuple((item.capacity_unit, item.quantity) for item in self.capacity_usage)
+        return need_from_payload(self.service_request_payload)
+
+
+def need_from_payload(payload: dict[str, Any] | str | None) -> tuple[tuple[str, int], ...]:
+    """Capacity need of a SageMaker CreateTrainingJob request (`ResourceConfig`).
+
+    A plain job names `InstanceType` and `InstanceCount`; a heterogeneous job lists
+    `InstanceGroups`, each of which is needed at the same time.
+    """
+    if isinstance(payload, str):
+        if len(payload.encode()) > PAYLOAD_LIMIT_BYTES:
+            raise ValueError("serviceRequestPayload is larger than 10 KiB")
+        try:
+            payload = json.loads(payload)
+        except ValueError as error:
+            raise ValueError(f"serviceRequestPayload is not valid JSON: {error}") from None
+    elif len(json.dumps(payload, separators=(",", ":")).encode()) > PAYLOAD_LIMIT_BYTES:
+        raise ValueError("serviceRequestPayload is larger than 10 KiB")
+    config = payload.get("ResourceConfig") if isinstance(payload, dict) else None
+    if not isinstance(config, dict):
+        raise ValueError("serviceRequestPayload has no ResourceConfig object")
+    groups = config.get("InstanceGroups") or [config]
+    need: dict[str, int] = {}
+    for group in groups:
+        unit, count = group.get("InstanceType"), group.get("InstanceCount")
+        if not isinstance(unit, str) or not unit:
+            raise ValueError("serviceRequestPayload ResourceConfig has no InstanceType")
+        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+            raise ValueError("serviceRequestPayload ResourceConfig.InstanceCount must be >= 1")
+        need[unit] = need.get(unit, 0) + count
+    if len(need) > 5:
+        raise ValueError("serviceRequestPayload uses more than 5 instance types")
+    return tuple(need.items())
+
+
+class UpdateServiceJob(Command):
+    """The priority-update event."""
+
+    kind: Literal["UpdateServiceJob"] = "UpdateServiceJob"
+    job_id: JobId
+    scheduling_priority: Priority
+
+
+class TerminateServiceJob(Command):
+    kind: Literal["TerminateServiceJob"] = "TerminateServiceJob"
+    job_id: JobId
+    reason: Annotated[str, Field(min_length=1, max_length=1024)]
+
+
+class ReportJobStatus(Command):
+    """Sent by executors about one attempt of a dispatched job."""
+
+    kind: Literal["ReportJobStatus"] = "ReportJobStatus"
+    job_id: JobId
+    status: ReportedStatus
+    attempt: Annotated[int, Field(ge=1)] | None = None
+    status_reason: Annotated[str, Field(max_length=1024)] | None = None
+
+
+class Tick(Command):
+    """Advances logical time so that timers fire; carries nothing else."""
+
+    kind: Literal["Tick"] = "Tick"
+
+
+AnyCommand = Annotated[
+    CreateServiceEnvironment
+    | UpdateServiceEnvironment
+    | CreateSchedulingPolicy
+    | CreateJobQueue
+    | UpdateJobQueue
+    | CreateQuotaShare
+    | UpdateQuotaShare
+    | DeleteQuotaShare
+    | SubmitServiceJob
+    | UpdateServiceJob
+    | TerminateServiceJob
+    | ReportJobStatus
+    | Tick,
+    Field(discriminator="kind"),
+]
+
+COMMAND_KINDS = (
+    "CreateServiceEnvironment",
+    "UpdateServiceEnvironment",
+    "CreateSchedulingPolicy",
+    "CreateJobQueue",
+    "UpdateJobQueue",
+    "CreateQuotaShare",
+    "UpdateQuotaShare",
+    "DeleteQuotaShare",
+    "SubmitServiceJob",
+    "UpdateServiceJob",
+    "TerminateServiceJob",
+    "ReportJobStatus",
+    "Tick",
+)

@@ -1,0 +1,220 @@
+"""Facts: what the scheduler decided, in the past tense.  The fact log is the record.
+
+Every fact carries `at` (the logical time of the decision) and `commandSeq`, the position of
+the command that caused it in the scheduler's input (the line number in a replay file, the
+stream sequence on the bus), so an audit can re-run the core over exactly what it saw.
+
+Facts carry everything the fold and the projections need (share, unit, quantity, how much was
+borrowed, why), so nothing downstream ever recomputes a scheduling decision.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Field
+
+from events.base import Wire
+from events.values import (
+    BlockedReason,
+    CapacityUsage,
+    EnvironmentCapacityLimit,
+    CapacityLimit,
+    JobPreemptionConfiguration,
+    JobStateTimeLimitAction,
+    JobStatus,
+    PreemptionOutcome,
+    PreemptionReason,
+    QuotaSharePolicy,
+    ReportedStatus,
+    ResourceSharingConfiguration,
+    RetryStrategy,
+    SharePreemptionConfiguration,
+    State,
+    StatusCause,
+    TimeoutConfig,
+)
+
+
+class Fact(Wire):
+    kind: str
+    at: float
+    command_seq: int
+
+
+class CommandRejected(Fact):
+    kind: Literal["CommandRejected"] = "CommandRejected"
+    command_kind: str
+    status_reason: str
+    job_id: str | None = None
+    job_queue: str | None = None
+    quota_share_name: str | None = None
+    raw: str | None = None  # the undecodable input, kept verbatim so nothing is lost
+
+
+class ServiceEnvironmentCreated(Fact):
+    kind: Literal["ServiceEnvironmentCreated"] = "ServiceEnvironmentCreated"
+    service_environment: str
+    capacity_limits: list[EnvironmentCapacityLimit]
+    state: State
+
+
+class ServiceEnvironmentUpdated(Fact):
+    kind: Literal["ServiceEnvironmentUpdated"] = "ServiceEnvironmentUpdated"
+    service_environment: str
+    capacity_limits: list[EnvironmentCapacityLimit]
+    state: State
+
+
+class SchedulingPolicyCreated(Fact):
+    kind: Literal["SchedulingPolicyCreated"] = "SchedulingPolicyCreated"
+    name: str
+    quota_share_policy: QuotaSharePolicy
+
+
+class _QueueConfig(Fact):
+    job_queue: str
+    service_environment: str
+    scheduling_policy: str
+    priority: int
+    state: State
+    job_state_time_limit_actions: list[JobStateTimeLimitAction]
+
+
+class JobQueueCreated(_QueueConfig):
+    kind: Literal["JobQueueCreated"] = "JobQueueCreated"
+
+
+class JobQueueUpdated(_QueueConfig):
+    kind: Literal["JobQueueUpdated"] = "JobQueueUpdated"
+
+
+class _ShareConfig(Fact):
+    job_queue: str
+    quota_share_name: str
+    capacity_limits: list[CapacityLimit]
+    resource_sharing_configuration: ResourceSharingConfiguration
+    preemption_configuration: SharePreemptionConfiguration
+    state: State
+
+
+class QuotaShareCreated(_ShareConfig):
+    kind: Literal["QuotaShareCreated"] = "QuotaShareCreated"
+
+
+class QuotaShareUpdated(_ShareConfig):
+    kind: Literal["QuotaShareUpdated"] = "QuotaShareUpdated"
+
+
+class QuotaShareDeleted(Fact):
+    kind: Literal["QuotaShareDeleted"] = "QuotaShareDeleted"
+    job_queue: str
+    quota_share_name: str
+
+
+class JobSubmitted(Fact):
+    """A job was accepted; it is RUNNABLE from here on (SUBMITTED lasts no logical time)."""
+
+    kind: Literal["JobSubmitted"] = "JobSubmitted"
+    job_id: str
+    job_name: str
+    job_queue: str
+    quota_share_name: str
+    scheduling_priority: int
+    capacity_usage: list[CapacityUsage]
+    preemption_configuration: JobPreemptionConfiguration | None = None
+    retry_strategy: RetryStrategy | None = None
+    timeout_config: TimeoutConfig | None = None
+    client_token: str | None = None
+    tags: dict[str, str] | None = None
+    service_request_payload: dict[str, Any] | str | None = None
+
+
+class SubmissionDeduplicated(Fact):
+    """A repeated `jobId` or `clientToken`: the job already exists, nothing new was created."""
+
+    kind: Literal["SubmissionDeduplicated"] = "SubmissionDeduplicated"
+    job_id: str
+    client_token: str | None = None
+
+
+class JobPriorityUpdated(Fact):
+    kind: Literal["JobPriorityUpdated"] = "JobPriorityUpdated"
+    job_id: str
+    scheduling_priority: int
+
+
+class JobDispatched(Fact):
+    kind: Literal["JobDispatched"] = "JobDispatched"
+    job_id: str
+    attempt: int
+    job_queue: str
+    quota_share_name: str
+    capacity_usage: list[CapacityUsage]
+    borrowed: list[CapacityUsage]
+    after_preemption_of: list[str]
+
+
+class JobPreempted(Fact):
+    kind: Literal["JobPreempted"] = "JobPreempted"
+    job_id: str
+    attempt: int
+    job_queue: str
+    quota_share_name: str
+    preemptor_job_id: str
+    reason: PreemptionReason
+    outcome: PreemptionOutcome
+    preempted_attempt_count: int
+
+
+class JobStatusChanged(Fact):
+    kind: Literal["JobStatusChanged"] = "JobStatusChanged"
+    job_id: str
+    attempt: int
+    status: JobStatus
+    status_reason: str | None
+    cause: StatusCause
+    is_terminated: bool = False
+
+
+class ShareBlocked(Fact):
+    """The head job of a share can never fit as configured; the share waits behind it."""
+
+    kind: Literal["ShareBlocked"] = "ShareBlocked"
+    job_queue: str
+    quota_share_name: str
+    job_id: str
+    reason: BlockedReason
+    status_reason: str
+
+
+class JobReportIgnored(Fact):
+    """A status report about an attempt that is not the job's live one: recorded, no effect."""
+
+    kind: Literal["JobReportIgnored"] = "JobReportIgnored"
+    job_id: str
+    attempt: int | None
+    status: ReportedStatus
+    status_reason: str
+
+
+AnyFact = Annotated[
+    CommandRejected
+    | ServiceEnvironmentCreated
+    | ServiceEnvironmentUpdated
+    | SchedulingPolicyCreated
+    | JobQueueCreated
+    | JobQueueUpdated
+    | QuotaShareCreated
+    | QuotaShareUpdated
+    | QuotaShareDeleted
+    | JobSubmitted
+    | SubmissionDeduplicated
+    | JobPriorityUpdated
+    | JobDispatched
+    | JobPreempted
+    | JobStatusChanged
+    | ShareBlocked
+    | JobReportIgnored,
+    Field(discriminator="kind"),
+]

@@ -1,0 +1,235 @@
+"""Value types shared by commands and facts: capacity, sharing strategy, preemption, retries.
+
+Enumerations carry AWS's own spellings.  Structural limits of the spec (1-5 capacity limits,
+`maxCapacity >= 1`, `borrowLimit >= -1` and only with LEND_AND_BORROW, ...) are checked here, so
+a message that passes validation is well formed and only *semantic* checks (does the queue
+exist?) are left to the decision core.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Annotated
+
+from pydantic import AfterValidator, Field, field_validator, model_validator
+
+from events.base import Name, Wire
+
+
+class State(str, Enum):
+    ENABLED = "ENABLED"
+    DISABLED = "DISABLED"
+
+
+class SharingStrategy(str, Enum):
+    RESERVE = "RESERVE"
+    LEND = "LEND"
+    LEND_AND_BORROW = "LEND_AND_BORROW"
+
+    @property
+    def lends(self) -> bool:
+        return self is not SharingStrategy.RESERVE
+
+    @property
+    def borrows(self) -> bool:
+        return self is SharingStrategy.LEND_AND_BORROW
+
+
+class InSharePreemption(str, Enum):
+    ENABLED = "ENABLED"
+    DISABLED = "DISABLED"
+
+
+class JobStatus(str, Enum):
+    SUBMITTED = "SUBMITTED"
+    RUNNABLE = "RUNNABLE"
+    SCHEDULED = "SCHEDULED"
+    STARTING = "STARTING"
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+
+    @property
+    def dispatched(self) -> bool:
+        """SCHEDULED, STARTING and RUNNING hold capacity; nothing else does."""
+        return self in _DISPATCHED
+
+    @property
+    def terminal(self) -> bool:
+        return self is JobStatus.SUCCEEDED or self is JobStatus.FAILED
+
+
+_DISPATCHED = frozenset({JobStatus.SCHEDULED, JobStatus.STARTING, JobStatus.RUNNING})
+
+
+class ReportedStatus(str, Enum):
+    """What an executor may report about an attempt."""
+
+    STARTING = "STARTING"
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    INSUFFICIENT_CAPACITY = "INSUFFICIENT_CAPACITY"
+
+
+class PreemptionReason(str, Enum):
+    CROSS_SHARE_RECLAIM = "CROSS_SHARE_RECLAIM"
+    IN_SHARE_PRIORITY = "IN_SHARE_PRIORITY"
+
+
+class PreemptionOutcome(str, Enum):
+    REQUEUED = "REQUEUED"
+    FAILED = "FAILED"
+
+
+class BlockedReason(str, Enum):
+    """The reason codes of a blocked head job, as `jobStateTimeLimitActions` name them."""
+
+    CAPACITY_INSUFFICIENT = "CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY"
+    SERVICE_ENVIRONMENT_MAX_RESOURCE = "MISCONFIGURATION:SERVICE_ENVIRONMENT_MAX_RESOURCE"
+    QUOTA_MANAGEMENT_LIMIT_EXCEEDED = "MISCONFIGURATION:QUOTA_MANAGEMENT_LIMIT_EXCEEDED"
+
+
+class StatusCause(str, Enum):
+    """Why a `JobStatusChanged` happened: the fold needs it, readers like it."""
+
+    REPORTED = "REPORTED"  # an executor reported STARTING / RUNNING / SUCCEEDED / FAILED
+    RETRY = "RETRY"  # a failed attempt went back to RUNNABLE under retryStrategy
+    CAPACITY_BOUNCE = "CAPACITY_BOUNCE"  # SageMaker lacked capacity: back to RUNNABLE
+    ATTEMPT_TIMEOUT = "ATTEMPT_TIMEOUT"  # timeoutConfig.attemptDurationSeconds ran out
+    TERMINATED = "TERMINATED"  # TerminateServiceJob
+    TIME_LIMIT = "TIME_LIMIT"  # a jobStateTimeLimitActions entry fired
+    SHARE_DELETED = "SHARE_DELETED"  # the job's quota share was deleted
+    UNBLOCKED = "UNBLOCKED"  # the head's blocked reason no longer holds
+
+
+Count = Annotated[int, Field(ge=1)]
+
+
+class CapacityLimit(Wire):
+    capacity_unit: Annotated[str, Field(min_length=1, max_length=128)]
+    max_capacity: Count
+
+
+class EnvironmentCapacityLimit(Wire):
+    """A service environment's ceiling for one unit; 0 is allowed (a drained pool)."""
+
+    capacity_unit: Annotated[str, Field(min_length=1, max_length=128)]
+    max_capacity: Annotated[int, Field(ge=0)]
+
+
+class CapacityUsage(Wire):
+    capacity_unit: Annotated[str, Field(min_length=1, max_length=128)]
+    quantity: Count
+
+
+def _unique_units(items: list, what: str) -> list:
+    units = [item.capacity_unit for item in items]
+    duplicates = sorted({unit for unit in units if units.count(unit) > 1})
+    if duplicates:
+        raise ValueError(f"{what} lists capacity unit {duplicates[0]} more than once")
+    return items
+
+
+ShareLimits = Annotated[
+    list[CapacityLimit],
+    Field(min_length=1, max_length=5),
+    AfterValidator(lambda items: _unique_units(items, "capacityLimits")),
+]
+EnvironmentLimits = Annotated[
+    list[EnvironmentCapacityLimit],
+    Field(min_length=1, max_length=5),
+    AfterValidator(lambda items: _unique_units(items, "capacityLimits")),
+]
+Usage = Annotated[
+    list[CapacityUsage],
+    Field(min_length=1, max_length=5),
+    AfterValidator(lambda items: _unique_units(items, "capacityUsage")),
+]
+
+
+class ResourceSharingConfiguration(Wire):
+    strategy: SharingStrategy
+    borrow_limit: Annotated[int, Field(ge=-1)] | None = None
+
+    @model_validator(mode="after")
+    def _borrow_limit_only_when_borrowing(self) -> ResourceSharingConfiguration:
+        if self.borrow_limit is not None and self.strategy is not SharingStrategy.LEND_AND_BORROW:
+            raise ValueError(
+                f"borrowLimit can only be applied to the LEND_AND_BORROW strategy, "
+                f"not {self.strategy.value}"
+            )
+        return self
+
+    @property
+    def borrow_limit_percent(self) -> int | None:
+        """The borrow ceiling in percent of the own limit; None means unlimited (AWS's -1)."""
+        if self.strategy is not SharingStrategy.LEND_AND_BORROW:
+            return 0
+        if self.borrow_limit is None or self.borrow_limit == -1:
+            return None
+        return self.borrow_limit
+
+
+class SharePreemptionConfiguration(Wire):
+    in_share_preemption: InSharePreemption
+
+
+class JobPreemptionConfiguration(Wire):
+    preemption_retries_before_termination: Annotated[int, Field(ge=0)] | None = None
+
+
+class RetryAction(str, Enum):
+    RETRY = "RETRY"
+    EXIT = "EXIT"
+
+
+class EvaluateOnExit(Wire):
+    action: RetryAction
+    on_status_reason: Annotated[str, Field(min_length=1, max_length=512)]
+
+    @field_validator("action", mode="before")
+    @classmethod
+    def _upper(cls, value: object) -> object:
+        return value.upper() if isinstance(value, str) else value
+
+
+class RetryStrategy(Wire):
+    attempts: Annotated[int, Field(ge=1, le=10)] = 1
+    evaluate_on_exit: Annotated[list[EvaluateOnExit], Field(max_length=5)] = []
+
+
+class TimeoutConfig(Wire):
+    attempt_duration_seconds: Annotated[int, Field(ge=1)]
+
+
+class ServiceEnvironmentOrder(Wire):
+    order: Annotated[int, Field(ge=0)]
+    service_environment: Name
+
+
+class TimeLimitAction(str, Enum):
+    TERMINATE = "TERMINATE"
+
+
+class TimeLimitState(str, Enum):
+    RUNNABLE = "RUNNABLE"
+
+
+class JobStateTimeLimitAction(Wire):
+    reason: BlockedReason
+    state: TimeLimitState
+    max_time_seconds: Annotated[int, Field(ge=600, le=86400)]
+    action: TimeLimitAction
+
+
+class IdleResourceAssignmentStrategy(str, Enum):
+    FIFO = "FIFO"
+
+
+class QuotaSharePolicy(Wire):
+    idle_resource_assignment_strategy: IdleResourceAssignmentStrategy
+
+
+Tags = Annotated[dict[str, Annotated[str, Field(max_length=256)]], Field(max_length=50)]
+ShareName = Name

@@ -1,0 +1,1 @@
+"""DuckDB projections of the fact log (per-queue, per-share and per-job utilization)."""

@@ -1,0 +1,151 @@
+"""The `quotasched` command line (Typer: typed options, help text and completion for free)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from events.codec import command_schema, decode_fact, fact_schema
+from services.replay import replay_lines
+from services.scheduler.core import State, state_document
+
+app = typer.Typer(
+    name="quotasched",
+    help="AWS Batch quota management as an event-sourced scheduler.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def _open_lines(path: str):
+    if path == "-":
+        return sys.stdin.buffer
+    try:
+        return open(path, "rb")
+    except OSError as error:
+        typer.echo(f"quotasched replay: cannot read {path}: {error.strerror}", err=True)
+        raise typer.Exit(2) from None
+
+
+@app.command()
+def replay(
+    file: Annotated[str, typer.Argument(help="Command file, JSON Lines ('-' for standard input).")],
+    state_out: Annotated[
+        Optional[Path], typer.Option("--state-out", help="Write the final state as JSON here.")
+    ] = None,
+) -> None:
+    """Run a command file through the decision core; print every fact as JSON Lines.
+
+    Exits 0 once the file was read to the end, whatever the commands said: a line that is not a
+    valid command becomes a CommandRejected fact.  The output is byte-identical on every run.
+    """
+    state = State()
+    handle = _open_lines(file)
+    out = sys.stdout
+    try:
+        with handle:
+            buffer: list[str] = []
+            for fact in replay_lines(handle, state):
+                buffer.append(fact.model_dump_json(by_alias=True))
+                if len(buffer) >= 4096:
+                    out.write("\n".join(buffer) + "\n")
+                    buffer.clear()
+            if buffer:
+                out.write("\n".join(buffer) + "\n")
+    except OSError as error:
+        typer.echo(f"quotasched replay: cannot read {file}: {error}", err=True)
+        raise typer.Exit(2) from None
+    out.flush()
+    if state_out is not None:
+        state_out.write_text(json.dumps(state_document(state), indent=2) + "\n")
+
+
+@app.command()
+def schema(
+    which: Annotated[
+        str, typer.Option("--which", help="commands, facts or all", show_default=True)
+    ] = "all",
+) -> None:
+    """Print the JSON Schema of the messages (the public contract)."""
+    schemas = {"commands": command_schema, "facts": fact_schema}
+    if which not in (*schemas, "all"):
+        typer.echo("quotasched schema: --which must be commands, facts or all", err=True)
+        raise typer.Exit(2)
+    chosen = schemas if which == "all" else {which: schemas[which]}
+    typer.echo(json.dumps({name: build() for name, build in chosen.items()}, indent=2))
+
+
+@app.command()
+def demo(
+    file: Annotated[
+        Optional[Path], typer.Option(help="Command file to narrate (default: the notebook story).")
+    ] = None,
+) -> None:
+    """Replay the official notebook's story and narrate what the scheduler decided."""
+    from services.cli.narrate import sentence
+
+    path = file or EXAMPLES / "notebook.jsonl"
+    console = Console()
+    state = State()
+    with _open_lines(str(path)) as handle:
+        facts = list(replay_lines(handle, state))
+    table = Table(title=f"Decisions for {path.name}", show_lines=False)
+    table.add_column("at", justify="right")
+    table.add_column("fact")
+    table.add_column("what happened")
+    for fact in facts:
+        if fact.kind.endswith("Created") and fact.kind != "QuotaShareCreated":
+            continue
+        table.add_row(f"{fact.at:g}", fact.kind, sentence(fact))
+    console.print(table)
+    _print_usage(console, state)
+
+
+def _print_usage(console: Console, state: State) -> None:
+    document = state_document(state)
+    for queue_name, queue in document["queues"].items():
+        table = Table(title=f"Usage in job queue {queue_name}")
+        table.add_column("quota share")
+        table.add_column("strategy")
+        table.add_column("limit")
+        table.add_column("in use")
+        table.add_column("jobs")
+        shares = state.queues[queue_name].shares
+        for name, usage in queue["quotaShares"].items():
+            share = shares[name]
+            jobs = ", ".join(f"{job_id} {job['status']}" for job_id, job in document["jobs"].items()
+                             if job["quotaShareName"] == name)  # fmt: skip
+            table.add_row(
+                name, share.strategy.value,
+                ", ".join(f"{n} {u}" for u, n in share.limits.items()),
+                ", ".join(f"{n} {u}" for u, n in usage.items()), jobs,
+            )  # fmt: skip
+        total = ", ".join(f"{n} {u}" for u, n in queue["totalCapacityUsage"].items())
+        console.print(table)
+        console.print(f"Total in use: {total}")
+
+
+@app.command("facts-check", hidden=True)
+def facts_check(file: Path) -> None:
+    """Validate a fact log (JSON Lines) against the fact schema."""
+    for number, line in enumerate(file.read_bytes().splitlines(), start=1):
+        if line.strip():
+            decode_fact(line)
+    typer.echo("ok")
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

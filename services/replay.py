@@ -1,0 +1,26 @@
+"""The offline runner behind `quotasched replay`: a command file through the decision core."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+from events.codec import encode
+from events.facts import Fact
+from services.scheduler.core import State, step_raw
+
+
+def replay_lines(lines: Iterable[bytes | str], state: State | None = None) -> Iterator[Fact]:
+    """Facts of every command line, in order.  Line numbers (1-based) are the command seqs;
+    blank lines are skipped but still counted, so a fact points at its line."""
+    state = state if state is not None else State()
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        yield from step_raw(state, line.rstrip(b"\r\n" if isinstance(line, bytes) else "\r\n"), number)
+
+
+def replay_file(path: str, state: State) -> Iterator[str]:
+    """Encoded facts of a command file, one JSON document per fact."""
+    with open(path, "rb") as handle:
+        for fact in replay_lines(handle, state):
+            yield encode(fact)

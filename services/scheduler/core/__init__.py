@@ -1,0 +1,12 @@
+"""The pure decision core: AWS Batch quota management as `decide` and `evolve`.
+
+Nothing in this package performs I/O, reads a clock, draws random numbers or logs.  The
+service, `quotasched replay`, the simulator, the audit and the tests all drive it.
+"""
+
+from services.scheduler.core.decide import decide, step, step_raw
+from services.scheduler.core.evolve import evolve, fold
+from services.scheduler.core.state import State
+from services.scheduler.core.views import state_document
+
+__all__ = ["State", "decide", "evolve", "fold", "state_document", "step", "step_raw"]

@@ -1,0 +1,159 @@
+"""Quota arithmetic: who uses, borrows and lends how much of each capacity unit.
+
+For a share s and a capacity unit t (all counts are instances):
+
+    L[s,t]   limit: the share's own `maxCapacity` for t (0 when the share does not list t)
+    U[s,t]   usage: instances held by the share's dispatched jobs (SCHEDULED/STARTING/RUNNING)
+    Bor[s,t] borrowed = max(0, U - L): what the share uses beyond its own limit.  After a limit
+             was lowered this counts as borrowed whatever the strategy, which is what makes it
+             reclaimable (spec 3.4 rule 6).
+    idle[s,t] lendable idle = max(0, L - U) for LEND and LEND_AND_BORROW shares, 0 for RESERVE.
+    ceiling  how far past L a LEND_AND_BORROW share may go: L * borrowLimit / 100 rounded down,
+             None (unlimited) for borrowLimit -1, 0 for RESERVE and LEND.
+
+Per queue and unit the totals are kept incrementally: usage = sum U, borrowed = sum Bor,
+idle = sum idle, and
+
+    slack = idle - borrowed    (the free lendable pool).
+
+Ruling 1 (borrowing is always backed) says slack >= 0 and that no decision makes it worse: a
+dispatch whose slack after is negative is allowed only if it leaves slack unchanged (a RESERVE
+share using its own capacity).  Ruling 2 follows: capacity that no share owns never appears in
+`idle`, so nobody can borrow it.  Ruling 3: the service environment's maxCapacity caps sum U.
+
+`Scratch` answers "would this job fit if these jobs were gone?" without touching state; the
+live check is a Scratch with nothing removed.
+"""
+
+from __future__ import annotations
+
+from services.scheduler.core.state import Environment, Job, Need, Queue, Share, State
+
+
+def contribution(share: Share, unit: str, used: int) -> tuple[int, int]:
+    """(borrowed, lendable idle) of one share for one unit at a given usage."""
+    limit = share.limits.get(unit, 0)
+    if used > limit:
+        return used - limit, 0
+    return 0, (limit - used) if share.strategy.lends else 0
+
+
+def add_usage(state: State, queue: Queue, share: Share, need: Need, sign: int) -> None:
+    """Dispatch (+1) or release (-1) a job's need, keeping the queue totals exact."""
+    state.save(share)
+    state.save(queue)
+    share_usage = dict(share.usage)
+    usage, borrowed, idle = dict(queue.usage), dict(queue.borrowed), dict(queue.idle)
+    for unit, quantity in need:
+        before = share_usage.get(unit, 0)
+        after = before + sign * quantity
+        bor_before, idle_before = contribution(share, unit, before)
+        bor_after, idle_after = contribution(share, unit, after)
+        share_usage[unit] = after
+        usage[unit] = usage.get(unit, 0) + sign * quantity
+        borrowed[unit] = borrowed.get(unit, 0) + bor_after - bor_before
+        idle[unit] = idle.get(unit, 0) + idle_after - idle_before
+    share.usage = share_usage
+    queue.usage, queue.borrowed, queue.idle = usage, borrowed, idle
+
+
+def recompute_totals(state: State, queue: Queue) -> None:
+    """After a configuration change: rebuild the queue totals from its shares."""
+    state.save(queue)
+    usage: dict[str, int] = {}
+    borrowed: dict[str, int] = {}
+    idle: dict[str, int] = {}
+    lendable: dict[str, int] = {}
+    for share in queue.shares.values():
+        for unit in share.limits.keys() | share.usage.keys():
+            used = share.usage.get(unit, 0)
+            bor, spare = contribution(share, unit, used)
+            usage[unit] = usage.get(unit, 0) + used
+            borrowed[unit] = borrowed.get(unit, 0) + bor
+            idle[unit] = idle.get(unit, 0) + spare
+            if share.strategy.lends:
+                lendable[unit] = lendable.get(unit, 0) + share.limits.get(unit, 0)
+    queue.usage, queue.borrowed, queue.idle, queue.lendable = usage, borrowed, idle, lendable
+
+
+def within_own_limit(share: Share, need: Need) -> bool:
+    """Would the job fit inside the share's own limits, for every unit it needs?"""
+    return all(share.usage.get(unit, 0) + quantity <= share.limits.get(unit, 0)
+               for unit, quantity in need)  # fmt: skip
+
+
+def borrowed_by(share: Share, need: Need) -> list[tuple[str, int]]:
+    """The part of `need` that lies beyond the share's own limit if dispatched now."""
+    borrowed = []
+    for unit, quantity in need:
+        used, limit = share.usage.get(unit, 0), share.limits.get(unit, 0)
+        extra = max(0, used + quantity - limit) - max(0, used - limit)
+        if extra:
+            borrowed.append((unit, extra))
+    return borrowed
+
+
+class Scratch:
+    """Usage of one queue as if some dispatched jobs were gone, for the units of one need."""
+
+    __slots__ = ("environment", "queue", "usage", "total", "borrowed", "idle")
+
+    def __init__(self, environment: Environment, queue: Queue, need: Need):
+        self.environment = environment
+        self.queue = queue
+        self.usage: dict[tuple[str, str], int] = {}
+        units = [unit for unit, _ in need]
+        self.total = {unit: queue.usage.get(unit, 0) for unit in units}
+        self.borrowed = {unit: queue.borrowed.get(unit, 0) for unit in units}
+        self.idle = {unit: queue.idle.get(unit, 0) for unit in units}
+
+    def used(self, share: Share, unit: str) -> int:
+        return self.usage.get((share.name, unit), share.usage.get(unit, 0))
+
+    def is_borrowing(self, share: Share, units: set[str]) -> bool:
+        return any(self.used(share, unit) > share.limits.get(unit, 0) for unit in units)
+
+    def move(self, job: Job, share: Share, sign: int) -> None:
+        """Remove (-1) or restore (+1) a dispatched job, for the units this scratch tracks."""
+        for unit, quantity in job.need:
+            if unit not in self.total:
+                continue
+            before = self.used(share, unit)
+            after = before + sign * quantity
+            bor_before, idle_before = contribution(share, unit, before)
+            bor_after, idle_after = contribution(share, unit, after)
+            self.usage[(share.name, unit)] = after
+            self.total[unit] += sign * quantity
+            self.borrowed[unit] += bor_after - bor_before
+            self.idle[unit] += idle_after - idle_before
+
+    def fits(self, share: Share, need: Need) -> bool:
+        """Can `share` dispatch a job needing `need` now?  Every rule of dispatch, per unit:
+
+        1. the service environment has room (sum U + n <= maxCapacity);
+        2. any part beyond the share's limit is allowed: the share borrows, and stays within
+           L + ceiling;
+        3. the free lendable pool does not get worse than it is (ruling 1), counting both what
+           the job borrows and the share's own idle capacity it stops lending.
+        """
+        capacity = self.environment.capacity
+        for unit, quantity in need:
+            cap = capacity.get(unit)
+            if cap is None or self.total[unit] + quantity > cap:
+                return False
+            used = self.used(share, unit)
+            limit = share.limits.get(unit, 0)
+            bor_before, idle_before = contribution(share, unit, used)
+            bor_after, idle_after = contribution(share, unit, used + quantity)
+            borrowing = bor_after - bor_before
+            if borrowing:
+                if not share.strategy.borrows:
+                    return False
+                ceiling = share.borrow_ceiling(unit)
+                if ceiling is not None and used + quantity > limit + ceiling:
+                    return False
+            slack = self.idle[unit] - self.borrowed[unit]
+            slack_after = slack - borrowing - (idle_before - idle_after)
+            if slack_after < 0 and slack_after < slack:
+                return False
+        return True

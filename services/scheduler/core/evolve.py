@@ -1,0 +1,278 @@
+"""`evolve(state, fact) -> state`: the only way state changes, one case per fact kind.
+
+Recovery, replay, the decision core itself (it folds each fact as it emits it) and the tests
+all use this one fold, so `state == fold(facts)` holds by construction.  Evolve never decides
+anything: every choice (who, how much was borrowed, requeue or fail) is in the fact.
+
+Besides the record, evolve keeps the derived helpers current: usage totals, share heaps, the
+attempt-timeout heap, the blocked-head registry and each queue's dirty set (shares whose head
+may have become placeable, see `passes.py`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from events import facts as F
+from events.values import JobStatus, PreemptionOutcome, SharingStrategy, StatusCause
+from services.scheduler.core.accounting import add_usage, recompute_totals
+from services.scheduler.core.state import Environment, Job, Queue, Share, State
+
+_CASES: dict[type, Callable[[State, F.Fact], None]] = {}
+
+
+def evolve(state: State, fact: F.Fact) -> State:
+    """Apply one fact to `state` in place and return it."""
+    case = _CASES.get(type(fact))
+    if case is not None:  # CommandRejected, SubmissionDeduplicated, ... change nothing
+        case(state, fact)
+    if fact.at > state.time:
+        state.set_counters(time=fact.at)
+    return state
+
+
+def fold(facts, state: State | None = None) -> State:
+    state = state if state is not None else State()
+    for fact in facts:
+        evolve(state, fact)
+    return state
+
+
+def _case(kind: type):
+    def register(function):
+        _CASES[kind] = function
+        return function
+
+    return register
+
+
+# -- configuration ---------------------------------------------------------------------------
+
+
+@_case(F.ServiceEnvironmentCreated)
+@_case(F.ServiceEnvironmentUpdated)
+def _environment(state: State, fact) -> None:
+    environment = state.environments.get(fact.service_environment)
+    if environment is None:
+        environment = Environment(fact.service_environment)
+        state.put(state.environments, environment.name, environment)
+    state.save(environment)
+    environment.capacity = {item.capacity_unit: item.max_capacity for item in fact.capacity_limits}
+    environment.state = fact.state
+    environment.config = fact
+    if environment.queue is not None:
+        state.mark_dirty(state.queues[environment.queue])
+
+
+@_case(F.SchedulingPolicyCreated)
+def _policy(state: State, fact: F.SchedulingPolicyCreated) -> None:
+    state.put(state.policies, fact.name, fact)
+
+
+@_case(F.JobQueueCreated)
+@_case(F.JobQueueUpdated)
+def _queue(state: State, fact) -> None:
+    queue = state.queues.get(fact.job_queue)
+    if queue is None:
+        queue = Queue(fact.job_queue)
+        state.put(state.queues, queue.name, queue)
+        environment = state.environments[fact.service_environment]
+        state.save(environment)
+        environment.queue = queue.name
+    state.save(queue)
+    queue.environment = fact.service_environment
+    queue.policy = fact.scheduling_policy
+    queue.priority = fact.priority
+    queue.state = fact.state
+    queue.time_limits = {
+        action.reason.value: action.max_time_seconds for action in fact.job_state_time_limit_actions
+    }
+    queue.config = fact
+
+
+@_case(F.QuotaShareCreated)
+@_case(F.QuotaShareUpdated)
+def _share(state: State, fact) -> None:
+    queue = state.queues[fact.job_queue]
+    share = queue.shares.get(fact.quota_share_name)
+    if share is None:
+        share = Share(fact.quota_share_name, queue.name)
+        state.put(queue.shares, share.name, share)
+    state.save(share)
+    sharing = fact.resource_sharing_configuration
+    share.limits = {item.capacity_unit: item.max_capacity for item in fact.capacity_limits}
+    share.strategy = sharing.strategy
+    share.borrow_limit_percent = sharing.borrow_limit_percent
+    share.in_share_preemption = fact.preemption_configuration.in_share_preemption.value == "ENABLED"
+    share.state = fact.state
+    share.config = fact
+    recompute_totals(state, queue)
+    state.mark_dirty(queue)
+
+
+@_case(F.QuotaShareDeleted)
+def _share_deleted(state: State, fact: F.QuotaShareDeleted) -> None:
+    queue = state.queues[fact.job_queue]
+    state.drop(queue.shares, fact.quota_share_name)
+    state.drop(state.blocked, (queue.name, fact.quota_share_name))
+    recompute_totals(state, queue)
+    state.mark_clean(queue, fact.quota_share_name)
+    state.mark_dirty(queue)
+
+
+# -- jobs ------------------------------------------------------------------------------------
+
+
+@_case(F.JobSubmitted)
+def _submitted(state: State, fact: F.JobSubmitted) -> None:
+    preemption = fact.preemption_configuration
+    retry = fact.retry_strategy
+    job = Job(
+        job_id=fact.job_id,
+        job_name=fact.job_name,
+        queue=fact.job_queue,
+        share=fact.quota_share_name,
+        priority=fact.scheduling_priority,
+        seq=state.next_seq,
+        need=tuple((item.capacity_unit, item.quantity) for item in fact.capacity_usage),
+        status=JobStatus.RUNNABLE,
+        attempt=0,
+        preempted_count=0,
+        preemption_retries=preemption.preemption_retries_before_termination if preemption else None,
+        attempts_max=retry.attempts if retry else 1,
+        attempts_used=1,
+        retry_rules=tuple(retry.evaluate_on_exit) if retry else (),
+        attempt_timeout_s=fact.timeout_config.attempt_duration_seconds if fact.timeout_config else None,
+        borrowed=(),
+        is_terminated=False,
+        client_token=fact.client_token,
+        created_at=fact.at,
+    )
+    state.set_counters(next_seq=state.next_seq + 1)
+    state.put(state.jobs, job.job_id, job)
+    if fact.client_token is not None:
+        state.put(state.client_tokens, (job.queue, fact.client_token), job.job_id)
+    _enqueue(state, job)
+
+
+@_case(F.JobPriorityUpdated)
+def _priority(state: State, fact: F.JobPriorityUpdated) -> None:
+    job = state.jobs[fact.job_id]
+    state.save(job)
+    job.priority = fact.scheduling_priority
+    if job.status is JobStatus.RUNNABLE:
+        _enqueue(state, job)
+    # A dispatched job's new priority changes who may preempt it inside its share.
+    queue = state.queues[job.queue]
+    if job.share in queue.shares:
+        state.mark_dirty(queue, job.share)
+
+
+@_case(F.JobDispatched)
+def _dispatched(state: State, fact: F.JobDispatched) -> None:
+    job = state.jobs[fact.job_id]
+    queue = state.queues[job.queue]
+    share = queue.shares[job.share]
+    state.save(job)
+    job.status = JobStatus.SCHEDULED
+    job.attempt = fact.attempt
+    job.borrowed = tuple((item.capacity_unit, item.quantity) for item in fact.borrowed)
+    job.dispatched_at = fact.at
+    job.dispatch_order = state.next_dispatch
+    job.status_reason = None
+    job.reason_code = None
+    job.reason_since = None
+    state.set_counters(next_dispatch=state.next_dispatch + 1)
+    state.put(share.dispatched, job.job_id, job)
+    add_usage(state, queue, share, job.need, +1)
+    state.drop(state.blocked, (queue.name, share.name))
+    if job.attempt_timeout_s is not None:
+        entry = (fact.at + job.attempt_timeout_s, job.job_id, job.attempt)
+        state.push(state.timeouts, entry)  # validated when it comes due, like heap entries
+    state.mark_dirty(queue, share.name)
+
+
+@_case(F.JobPreempted)
+def _preempted(state: State, fact: F.JobPreempted) -> None:
+    job = state.jobs[fact.job_id]
+    _release(state, job)
+    state.save(job)
+    job.preempted_count = fact.preempted_attempt_count
+    if fact.outcome is PreemptionOutcome.REQUEUED:
+        job.status = JobStatus.RUNNABLE
+        job.status_reason = f"Preempted by job {fact.preemptor_job_id} ({fact.reason.value})"
+        _enqueue(state, job)
+    else:
+        job.status = JobStatus.FAILED
+        job.status_reason = (
+            f"Preempted by job {fact.preemptor_job_id} ({fact.reason.value}); "
+            "preemptionRetriesBeforeTermination exhausted"
+        )
+
+
+@_case(F.JobStatusChanged)
+def _status(state: State, fact: F.JobStatusChanged) -> None:
+    job = state.jobs[fact.job_id]
+    if job.status.dispatched and not fact.status.dispatched:
+        _release(state, job)
+    was_runnable = job.status is JobStatus.RUNNABLE
+    state.save(job)
+    job.status = fact.status
+    job.status_reason = fact.status_reason
+    job.is_terminated = job.is_terminated or fact.is_terminated
+    if fact.status is JobStatus.RUNNABLE:
+        job.reason_code = None
+        job.reason_since = None
+        if fact.cause is StatusCause.RETRY:
+            job.attempts_used += 1
+        elif fact.cause is StatusCause.CAPACITY_BOUNCE:
+            job.reason_code = "CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY"
+            job.reason_since = fact.at
+            state.put(state.blocked, (job.queue, job.share), job.job_id)  # for time limits
+        if not was_runnable:
+            _enqueue(state, job)
+    elif was_runnable:  # a queued job left its queue (terminated, time limit, share deleted)
+        state.drop(state.blocked, (job.queue, job.share))
+        queue = state.queues[job.queue]
+        if job.share in queue.shares:
+            state.mark_dirty(queue, job.share)
+
+
+@_case(F.ShareBlocked)
+def _blocked(state: State, fact: F.ShareBlocked) -> None:
+    job = state.jobs[fact.job_id]
+    state.save(job)
+    job.status_reason = fact.status_reason
+    if job.reason_code != fact.reason.value:
+        job.reason_since = fact.at
+    job.reason_code = fact.reason.value
+    state.put(state.blocked, (fact.job_queue, fact.quota_share_name), fact.job_id)
+
+
+# -- helpers ---------------------------------------------------------------------------------
+
+
+def _enqueue(state: State, job: Job) -> None:
+    queue = state.queues[job.queue]
+    share = queue.shares.get(job.share)
+    if share is None:
+        return
+    entry = job.key()
+    head = state.head(share)
+    state.push(share.heap, entry)
+    if head is None or entry < head.key():
+        state.mark_dirty(queue, share.name)
+
+
+def _release(state: State, job: Job) -> None:
+    """A dispatched job stops holding capacity: every share of its queue may now fit."""
+    queue: Queue = state.queues[job.queue]
+    share: Share | None = queue.shares.get(job.share)
+    if share is None:
+        return
+    state.drop(share.dispatched, job.job_id)
+    add_usage(state, queue, share, job.need, -1)
+    state.mark_dirty(queue)
+
+
+__all__ = ["evolve", "fold", "SharingStrategy"]

@@ -1,0 +1,152 @@
+"""The scheduling pass: after every command, dispatch (and preempt) until nothing more fits.
+
+Order within a pass (ruling 7), repeated after every placement:
+  (a) heads that fit their share's own limit, in share order (ordering.share_order): plain
+      dispatch, else cross-share reclaim, else in-share preemption where enabled;
+  (b) heads that would borrow, first come first served: plain dispatch only;
+  (c) the same heads, by in-share preemption where enabled.
+Each share is strictly head-of-line: only its first RUNNABLE job is considered.
+
+Only *dirty* shares are evaluated: those whose head changed or that may have gained room since
+they last failed.  A failed head stays failed until capacity is released (that marks the whole
+queue dirty) or its share changes, because every placement only ever takes capacity away from
+the others; `check_stable` in the tests proves a full re-evaluation would find nothing more.
+"""
+
+from __future__ import annotations
+
+from events import facts as F
+from events.values import (
+    BlockedReason,
+    CapacityUsage,
+    JobStatus,
+    PreemptionOutcome,
+    PreemptionReason,
+    StatusCause,
+)
+from events.values import State as OnOff
+from services.scheduler.core.accounting import Scratch, borrowed_by, within_own_limit
+from services.scheduler.core.admission import blocked_reason
+from services.scheduler.core.ordering import borrower_order, share_order
+from services.scheduler.core.preemption import in_share_victims, reclaim_victims
+from services.scheduler.core.round import Round
+from services.scheduler.core.state import Environment, Job, Queue, Share
+
+_MISCONFIGURED = frozenset(
+    {BlockedReason.SERVICE_ENVIRONMENT_MAX_RESOURCE.value,
+     BlockedReason.QUOTA_MANAGEMENT_LIMIT_EXCEEDED.value}
+)  # fmt: skip
+
+
+def schedule(round_: Round) -> None:
+    """Run the pass on every queue that has dirty shares."""
+    for queue in round_.state.queues.values():
+        if queue.dirty:
+            schedule_queue(round_, queue)
+
+
+def schedule_queue(round_: Round, queue: Queue) -> None:
+    environment = round_.state.environments[queue.environment]
+    if environment.state is OnOff.DISABLED:
+        return  # a DISABLED service environment places nothing; its jobs wait
+    while queue.dirty:
+        heads = _dirty_heads(round_, environment, queue)
+        if not heads or not _place_one(round_, environment, queue, heads):
+            return
+
+
+def _dirty_heads(round_: Round, environment: Environment, queue: Queue) -> list[tuple[Share, Job]]:
+    """Heads of the dirty shares that could fit some day; blocked heads are reported once."""
+    state = round_.state
+    heads = []
+    for share in queue.shares.values():
+        if share.name not in queue.dirty:
+            continue
+        head = state.head(share)
+        if head is None:
+            state.mark_clean(queue, share.name)
+            continue
+        blocked = blocked_reason(environment, queue, share, head.need)
+        if blocked is not None:
+            reason, text = blocked
+            if head.reason_code != reason.value or head.status_reason != text:
+                round_.emit(F.ShareBlocked(
+                    at=round_.at, command_seq=round_.seq, job_queue=queue.name,
+                    quota_share_name=share.name, job_id=head.job_id, reason=reason,
+                    status_reason=text,
+                ))  # fmt: skip
+            state.mark_clean(queue, share.name)
+            continue
+        if head.reason_code in _MISCONFIGURED:
+            # The configuration changed under a blocked head: it is an ordinary waiter again.
+            round_.emit(F.JobStatusChanged(
+                at=round_.at, command_seq=round_.seq, job_id=head.job_id, attempt=head.attempt,
+                status=JobStatus.RUNNABLE, status_reason=None, cause=StatusCause.UNBLOCKED,
+            ))  # fmt: skip
+        heads.append((share, head))
+    return heads
+
+
+def _place_one(round_: Round, environment: Environment, queue: Queue, heads) -> bool:
+    """Place the first head that can be placed under the pass order; False if none can."""
+    state = round_.state
+    owners = sorted(
+        ((share, head) for share, head in heads if within_own_limit(share, head.need)),
+        key=lambda pair: share_order(*pair),
+    )
+    for share, head in owners:
+        if _fits(environment, queue, share, head):
+            return _dispatch(round_, queue, share, head, [], None)
+        victims = reclaim_victims(environment, queue, share, head)
+        if victims:
+            return _dispatch(round_, queue, share, head, victims,
+                             PreemptionReason.CROSS_SHARE_RECLAIM)  # fmt: skip
+        if share.in_share_preemption:
+            victims = in_share_victims(environment, queue, share, head)
+            if victims:
+                return _dispatch(round_, queue, share, head, victims,
+                                 PreemptionReason.IN_SHARE_PRIORITY)  # fmt: skip
+        state.mark_clean(queue, share.name)
+    borrowers = sorted(
+        ((share, head) for share, head in heads if not within_own_limit(share, head.need)),
+        key=lambda pair: borrower_order(*pair),
+    )
+    for share, head in borrowers:
+        if _fits(environment, queue, share, head):
+            return _dispatch(round_, queue, share, head, [], None)
+    for share, head in borrowers:
+        if share.in_share_preemption:
+            victims = in_share_victims(environment, queue, share, head)
+            if victims:
+                return _dispatch(round_, queue, share, head, victims,
+                                 PreemptionReason.IN_SHARE_PRIORITY)  # fmt: skip
+        state.mark_clean(queue, share.name)
+    return False
+
+
+def _fits(environment: Environment, queue: Queue, share: Share, head: Job) -> bool:
+    return Scratch(environment, queue, head.need).fits(share, head.need)
+
+
+def _dispatch(round_: Round, queue: Queue, share: Share, head: Job, victims: list[Job],
+              reason: PreemptionReason | None) -> bool:  # fmt: skip
+    """Emit the victims' preemptions, then the head's dispatch; capacity frees at once."""
+    for victim in victims:
+        count = victim.preempted_count + 1
+        retries = victim.preemption_retries
+        requeued = retries is None or count <= retries
+        round_.emit(F.JobPreempted(
+            at=round_.at, command_seq=round_.seq, job_id=victim.job_id, attempt=victim.attempt,
+            job_queue=queue.name, quota_share_name=victim.share, preemptor_job_id=head.job_id,
+            reason=reason,
+            outcome=PreemptionOutcome.REQUEUED if requeued else PreemptionOutcome.FAILED,
+            preempted_attempt_count=count,
+        ))  # fmt: skip
+    round_.emit(F.JobDispatched(
+        at=round_.at, command_seq=round_.seq, job_id=head.job_id, attempt=head.attempt + 1,
+        job_queue=queue.name, quota_share_name=share.name,
+        capacity_usage=[CapacityUsage(capacity_unit=u, quantity=n) for u, n in head.need],
+        borrowed=[CapacityUsage(capacity_unit=u, quantity=n) for u, n in borrowed_by(share, head.need)],
+        after_preemption_of=[victim.job_id for victim in victims],
+    ))  # fmt: skip
+    return True

@@ -1,0 +1,121 @@
+"""Victim search: the fewest dispatched jobs whose removal lets a head job fit.
+
+Works on a `Scratch` (never on state): take candidates in ranking order until the job fits,
+then give back, most recently taken first, every victim that turns out not to be needed
+(Kueue's fill-back).  The result is minimal: no victim can be spared.  Finally, when several
+victims were needed but one candidate of no higher rank frees enough on its own, that single
+job is preempted instead (spec 3.5 rule 4: avoid preempting more than needed).
+
+Cross-share reclaim (spec 3.4 rule 4) takes victims only from other shares that are over their
+own limit in a contested unit, and stops taking from a share once it is back within its limit.
+In-share preemption (rule 5) takes only strictly lower-priority jobs of the same share.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from services.scheduler.core.accounting import Scratch
+from services.scheduler.core.ordering import cross_share_victim_order, in_share_victim_order
+from services.scheduler.core.state import Environment, Job, Queue, Share
+
+
+def reclaim_victims(environment: Environment, queue: Queue, share: Share, head: Job) -> list[Job]:
+    units = {unit for unit, _ in head.need}
+    lenders_over = [
+        other for other in queue.shares.values()
+        if other is not share
+        and any(other.usage.get(unit, 0) > other.limits.get(unit, 0) for unit in units)
+    ]  # fmt: skip
+    candidates = [
+        job for other in lenders_over for job in other.dispatched.values()
+        if any(unit in units for unit, _ in job.need)
+    ]  # fmt: skip
+    if not candidates:
+        return []
+    key = cross_share_victim_order(units)
+
+    def eligible(scratch: Scratch, job: Job) -> bool:
+        # Only borrowed capacity is reclaimed: skip a job whose share is back within its limit.
+        return scratch.is_borrowing(queue.shares[job.share], {u for u, _ in job.need} & units)
+
+    return _search(environment, queue, share, head, sorted(candidates, key=key), key, eligible,
+                   band=lambda job: key(job)[:2])  # fmt: skip
+
+
+def in_share_victims(environment: Environment, queue: Queue, share: Share, head: Job) -> list[Job]:
+    units = {unit for unit, _ in head.need}
+    candidates = [
+        job for job in share.dispatched.values()
+        if job.priority < head.priority and any(unit in units for unit, _ in job.need)
+    ]  # fmt: skip
+    if not candidates:
+        return []
+    key = in_share_victim_order(units)
+    return _search(environment, queue, share, head, sorted(candidates, key=key), key,
+                   lambda scratch, job: True, band=lambda job: key(job)[:1])  # fmt: skip
+
+
+def _search(
+    environment: Environment,
+    queue: Queue,
+    share: Share,
+    head: Job,
+    ranked: list[Job],
+    key: Callable[[Job], tuple],
+    eligible: Callable[[Scratch, Job], bool],
+    band: Callable[[Job], tuple],
+) -> list[Job]:
+    scratch = Scratch(environment, queue, head.need)
+    shares = queue.shares
+    taken: list[Job] = []
+    for job in ranked:
+        if scratch.fits(share, head.need):
+            break
+        if eligible(scratch, job):
+            scratch.move(job, shares[job.share], -1)
+            taken.append(job)
+    if not taken or not scratch.fits(share, head.need):
+        return []
+    # Fill back: the last victim taken was needed (without it the job did not fit); each
+    # earlier one is given back if the job still fits without preempting it.
+    victims = [taken[-1]]
+    for job in reversed(taken[:-1]):
+        scratch.move(job, shares[job.share], +1)
+        if scratch.fits(share, head.need):
+            continue
+        scratch.move(job, shares[job.share], -1)
+        victims.append(job)
+    victims.sort(key=key)
+    if len(victims) > 1:
+        single = _single_victim(environment, queue, share, head, ranked, victims, band)
+        if single is not None:
+            return [single]
+    return victims
+
+
+def _single_victim(
+    environment: Environment,
+    queue: Queue,
+    share: Share,
+    head: Job,
+    ranked: list[Job],
+    victims: list[Job],
+    band: Callable[[Job], tuple],
+) -> Job | None:
+    """The smallest candidate that frees enough alone, ranked no higher than the worst victim."""
+    worst = max(band(job) for job in victims)
+    units = {unit for unit, _ in head.need}
+    best: Job | None = None
+    best_size = 0
+    for job in ranked:
+        if band(job) > worst:
+            continue
+        size = sum(quantity for unit, quantity in job.need if unit in units)
+        if best is not None and size >= best_size:
+            continue
+        scratch = Scratch(environment, queue, head.need)
+        scratch.move(job, queue.shares[job.share], -1)
+        if scratch.fits(share, head.need):
+            best, best_size = job, size
+    return best

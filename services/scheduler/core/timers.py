@@ -1,0 +1,99 @@
+"""Timers that fire on logical time: attempt timeouts and job-state time limits.
+
+Time enters only through a command's `at`; before a command is handled, every timer that came
+due up to its time fires, in deadline order (then job id), each at its own deadline, followed
+by a scheduling pass at that moment.  So a `Tick` at t=1000 that finds a blocked head whose
+600 s limit ran out at t=700 records the termination at t=700, and the job behind it is
+dispatched at t=700, exactly as a continuously running scheduler would have done.
+"""
+
+from __future__ import annotations
+
+from fnmatch import fnmatchcase
+
+from events import facts as F
+from events.values import BlockedReason, JobStatus, RetryAction, StatusCause
+from services.scheduler.core.admission import blocked_reason
+from services.scheduler.core.passes import schedule
+from services.scheduler.core.round import Round
+from services.scheduler.core.state import Job, State
+
+ATTEMPT_TIMED_OUT = "Job attempt duration exceeded timeout"
+
+
+def fire_due(round_: Round, until: float) -> None:
+    state = round_.state
+    while True:
+        due = _next_due(state, until)
+        if due is None:
+            return
+        deadline, job, reason = due
+        round_.at = max(deadline, state.time)
+        if reason is None:
+            state.pop(state.timeouts)
+            attempt_ended(round_, job, ATTEMPT_TIMED_OUT, StatusCause.ATTEMPT_TIMEOUT)
+        else:
+            state.drop(state.blocked, (job.queue, job.share))
+            round_.emit(F.JobStatusChanged(
+                at=round_.at, command_seq=round_.seq, job_id=job.job_id, attempt=job.attempt,
+                status=JobStatus.FAILED, cause=StatusCause.TIME_LIMIT, is_terminated=True,
+                status_reason=f"Terminated by JobStateTimeLimit action due to reason: {reason}",
+            ))  # fmt: skip
+        schedule(round_)
+
+
+def attempt_ended(round_: Round, job: Job, reason: str, cause: StatusCause) -> None:
+    """A dispatched attempt failed or timed out: retry under retryStrategy, or fail the job.
+
+    The first `evaluateOnExit` rule whose glob matches the reason decides; EXIT fails the job
+    at once, RETRY (or no matching rule) retries while attempts remain.
+    """
+    action = next((rule.action for rule in job.retry_rules
+                   if fnmatchcase(reason, rule.on_status_reason)), RetryAction.RETRY)  # fmt: skip
+    retry = action is RetryAction.RETRY and job.attempts_used < job.attempts_max
+    round_.emit(F.JobStatusChanged(
+        at=round_.at, command_seq=round_.seq, job_id=job.job_id, attempt=job.attempt,
+        status=JobStatus.RUNNABLE if retry else JobStatus.FAILED, status_reason=reason,
+        cause=StatusCause.RETRY if retry else cause,
+    ))  # fmt: skip
+
+
+def _next_due(state: State, until: float):
+    """(deadline, job, reason or None for a timeout) of the earliest due timer, if any."""
+    best = None
+    timeouts = state.timeouts
+    while timeouts:
+        deadline, job_id, attempt = timeouts[0]
+        job = state.jobs.get(job_id)
+        if job is not None and job.status.dispatched and job.attempt == attempt:
+            if deadline <= until:
+                best = (deadline, job_id, job, None)
+            break
+        state.pop(timeouts)  # the attempt already ended
+    for (queue_name, share_name), job_id in sorted(state.blocked.items()):
+        limit = _time_limit(state, queue_name, share_name, job_id)
+        if limit is None:
+            state.drop(state.blocked, (queue_name, share_name))
+            continue
+        job, reason = state.jobs[job_id], limit[1]
+        deadline = job.reason_since + limit[0]
+        if deadline <= until and (best is None or (deadline, job_id) < best[:2]):
+            best = (deadline, job_id, job, reason)
+    return None if best is None else (best[0], best[2], best[3])
+
+
+def _time_limit(state: State, queue_name: str, share_name: str, job_id: str):
+    """(seconds, reason) if the share's head still waits with a reason a limit applies to."""
+    queue = state.queues.get(queue_name)
+    job = state.jobs.get(job_id)
+    if queue is None or job is None or job.status is not JobStatus.RUNNABLE:
+        return None
+    seconds = queue.time_limits.get(job.reason_code)
+    share = queue.shares.get(share_name)
+    if seconds is None or share is None or state.head(share) is not job:
+        return None
+    if job.reason_code != BlockedReason.CAPACITY_INSUFFICIENT.value:
+        blocked = blocked_reason(state.environments[queue.environment], queue, share, job.need)
+        if blocked is None or blocked[0].value != job.reason_code:
+            return None
+    return seconds, job.reason_code
