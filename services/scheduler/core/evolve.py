@@ -260,7 +260,7 @@ def _enqueue(state: State, job: Job) -> None:
     entry = job.key()
     head = state.head(share)
     state.push(share.heap, entry)
-    if head is None or entry < head.key():
+    if head is None or entry <= head.key():  # equal: a leftover of an undone trial
         state.mark_dirty(queue, share.name)
 
 

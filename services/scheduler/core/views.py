@@ -34,3 +34,43 @@ def state_document(state: State) -> dict[str, Any]:
             },
         }
     return {"jobs": jobs, "queues": queues}
+
+
+def canonical_state(state: State) -> dict[str, Any]:
+    """Everything state records, minus derived caches: two states that decide alike are equal.
+
+    Used to prove replay equivalence (live state == fold of the emitted facts).
+    """
+    jobs = {job_id: {name: _plain(getattr(job, name)) for name in job.__slots__}
+            for job_id, job in state.jobs.items()}  # fmt: skip
+    queues = {}
+    for queue in state.queues.values():
+        queues[queue.name] = {
+            "config": _plain(queue.config), "usage": queue.usage, "borrowed": queue.borrowed,
+            "idle": queue.idle, "lendable": queue.lendable,
+            "shares": {
+                share.name: {"config": _plain(share.config), "usage": share.usage,
+                             "dispatched": list(share.dispatched)}
+                for share in queue.shares.values()
+            },
+        }  # fmt: skip
+    return {
+        "time": state.time, "nextSeq": state.next_seq, "nextDispatch": state.next_dispatch,
+        "environments": {name: _plain(env.config) for name, env in state.environments.items()},
+        "policies": {name: _plain(policy) for name, policy in state.policies.items()},
+        "clientTokens": sorted(f"{q}/{t}={j}" for (q, t), j in state.client_tokens.items()),
+        "queues": queues, "jobs": jobs,
+    }  # fmt: skip
+
+
+def _plain(value: Any) -> Any:
+    if hasattr(value, "model_dump"):
+        dumped = value.model_dump(mode="json", by_alias=True)
+        dumped.pop("at", None)  # a config's effective time is history, not state
+        dumped.pop("commandSeq", None)
+        return dumped
+    if isinstance(value, tuple):
+        return [_plain(item) for item in value]
+    if hasattr(value, "value"):
+        return value.value
+    return value
