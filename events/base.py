@@ -7,10 +7,9 @@ a number and `1.5` is not a count.
 
 from __future__ import annotations
 
-import re
 from typing import Annotated
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 
@@ -29,17 +28,6 @@ class Wire(BaseModel):
     )
 
 
-_NAME = re.compile(r"[A-Za-z0-9_-]{1,128}")
-
-
-def _check_name(value: str) -> str:
-    if not _NAME.fullmatch(value):
-        raise ValueError(
-            "must be 1-128 characters of letters, digits, hyphens (-) and underscores (_)"
-        )
-    return value
-
-
 def _strip_arn(value: object) -> object:
     """Accept an ARN wherever AWS accepts one, keeping only the resource name.
 
@@ -52,10 +40,15 @@ def _strip_arn(value: object) -> object:
     return value
 
 
-Name = Annotated[str, AfterValidator(_check_name)]
+NAME_PATTERN = r"^[A-Za-z0-9_-]{1,128}$"
+NAME_RULE = "must be 1-128 characters of letters, digits, hyphens (-) and underscores (_)"
+
+# The pattern is checked in pydantic-core (no Python call per name); codec.py turns its
+# generic "should match pattern" message into NAME_RULE.
+Name = Annotated[str, Field(pattern=NAME_PATTERN)]
 """An AWS Batch resource name: 1-128 characters of `[A-Za-z0-9_-]`."""
 
-NameOrArn = Annotated[str, BeforeValidator(_strip_arn), AfterValidator(_check_name)]
+NameOrArn = Annotated[str, BeforeValidator(_strip_arn), Field(pattern=NAME_PATTERN)]
 """A name, or an ARN whose last path element is the name."""
 
 JobId = Annotated[str, BeforeValidator(_strip_arn), Field(min_length=1, max_length=256)]

@@ -11,6 +11,7 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
+from events.base import NAME_PATTERN, NAME_RULE
 from events.commands import COMMAND_KINDS, AnyCommand, Command
 from events.facts import AnyFact, Fact
 
@@ -79,5 +80,7 @@ def _describe(error: ValidationError, kind: str | None) -> str:
         message = item["msg"].removeprefix("Value error, ")
         if item["type"] == "extra_forbidden":
             message = "is not a field of this command"
+        elif item["type"] == "string_pattern_mismatch" and item["ctx"]["pattern"] == NAME_PATTERN:
+            message = NAME_RULE
         problems.append(f"{location}: {message}")
     return f"Invalid {kind or 'command'}: " + "; ".join(problems)

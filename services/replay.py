@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Iterable, Iterator
 
 from events.codec import encode
@@ -14,6 +15,10 @@ def replay_lines(lines: Iterable[bytes | str], state: State | None = None) -> It
     blank lines are skipped but still counted, so a fact points at its line."""
     state = state if state is not None else State()
     for number, line in enumerate(lines, start=1):
+        if number % 16384 == 0:
+            # The state is hundreds of thousands of long-lived objects; without this the
+            # cyclic collector rescans them all, again and again, as the replay allocates.
+            gc.freeze()
         if not line.strip():
             continue
         yield from step_raw(state, line.rstrip(b"\r\n" if isinstance(line, bytes) else "\r\n"), number)

@@ -4,7 +4,7 @@ Nothing in this package performs I/O, reads a clock, draws random numbers or log
 service, `quotasched replay`, the simulator, the audit and the tests all drive it.
 """
 
-from services.scheduler.core.decide import decide, step, step_raw
+from services.scheduler.core.decision import decide, step, step_raw
 from services.scheduler.core.evolve import evolve, fold
 from services.scheduler.core.state import State
 from services.scheduler.core.views import state_document

@@ -27,7 +27,7 @@ def evolve(state: State, fact: F.Fact) -> State:
     if case is not None:  # CommandRejected, SubmissionDeduplicated, ... change nothing
         case(state, fact)
     if fact.at > state.time:
-        state.set_counters(time=fact.at)
+        state.set_time(fact.at)
     return state
 
 
@@ -125,33 +125,21 @@ def _share_deleted(state: State, fact: F.QuotaShareDeleted) -> None:
 
 @_case(F.JobSubmitted)
 def _submitted(state: State, fact: F.JobSubmitted) -> None:
-    preemption = fact.preemption_configuration
-    retry = fact.retry_strategy
-    job = Job(
-        job_id=fact.job_id,
-        job_name=fact.job_name,
-        queue=fact.job_queue,
-        share=fact.quota_share_name,
-        priority=fact.scheduling_priority,
-        seq=state.next_seq,
-        need=tuple((item.capacity_unit, item.quantity) for item in fact.capacity_usage),
-        status=JobStatus.RUNNABLE,
-        attempt=0,
-        preempted_count=0,
-        preemption_retries=preemption.preemption_retries_before_termination if preemption else None,
-        attempts_max=retry.attempts if retry else 1,
-        attempts_used=1,
-        retry_rules=tuple(retry.evaluate_on_exit) if retry else (),
-        attempt_timeout_s=fact.timeout_config.attempt_duration_seconds if fact.timeout_config else None,
-        borrowed=(),
-        is_terminated=False,
-        client_token=fact.client_token,
-        created_at=fact.at,
-    )
-    state.set_counters(next_seq=state.next_seq + 1)
-    state.put(state.jobs, job.job_id, job)
+    job = Job(fact.job_id, fact.job_name, fact.job_queue, fact.quota_share_name,
+              fact.scheduling_priority, state.take_seq(),
+              tuple((item.capacity_unit, item.quantity) for item in fact.capacity_usage),
+              fact.at)  # fmt: skip
+    if fact.preemption_configuration is not None:
+        job.preemption_retries = fact.preemption_configuration.preemption_retries_before_termination
+    if fact.retry_strategy is not None:
+        job.attempts_max = fact.retry_strategy.attempts
+        job.retry_rules = tuple(fact.retry_strategy.evaluate_on_exit)
+    if fact.timeout_config is not None:
+        job.attempt_timeout_s = fact.timeout_config.attempt_duration_seconds
     if fact.client_token is not None:
+        job.client_token = fact.client_token
         state.put(state.client_tokens, (job.queue, fact.client_token), job.job_id)
+    state.put(state.jobs, job.job_id, job)
     _enqueue(state, job)
 
 
@@ -178,11 +166,10 @@ def _dispatched(state: State, fact: F.JobDispatched) -> None:
     job.attempt = fact.attempt
     job.borrowed = tuple((item.capacity_unit, item.quantity) for item in fact.borrowed)
     job.dispatched_at = fact.at
-    job.dispatch_order = state.next_dispatch
+    job.dispatch_order = state.take_dispatch()
     job.status_reason = None
     job.reason_code = None
     job.reason_since = None
-    state.set_counters(next_dispatch=state.next_dispatch + 1)
     state.put(share.dispatched, job.job_id, job)
     add_usage(state, queue, share, job.need, +1)
     state.drop(state.blocked, (queue.name, share.name))
@@ -253,26 +240,37 @@ def _blocked(state: State, fact: F.ShareBlocked) -> None:
 
 
 def _enqueue(state: State, job: Job) -> None:
-    queue = state.queues[job.queue]
-    share = queue.shares.get(job.share)
+    share = state.queues[job.queue].shares.get(job.share)
     if share is None:
         return
-    entry = job.key()
+    entry = (-job.priority, job.seq, job.job_id)
     head = state.head(share)
     state.push(share.heap, entry)
-    if head is None or entry <= head.key():  # equal: a leftover of an undone trial
-        state.mark_dirty(queue, share.name)
+    # Equal keys: the entry of an undone trial for this very job is already there.
+    if head is None or entry <= (-head.priority, head.seq, head.job_id):
+        state.mark_dirty(state.queues[job.queue], share.name)
 
 
 def _release(state: State, job: Job) -> None:
-    """A dispatched job stops holding capacity: every share of its queue may now fit."""
+    """A dispatched job stops holding capacity.
+
+    Only heads that need one of the released units can gain from it: for every other unit
+    usage, borrowing and lending are unchanged, and so is every check of those heads.
+    """
     queue: Queue = state.queues[job.queue]
     share: Share | None = queue.shares.get(job.share)
     if share is None:
         return
     state.drop(share.dispatched, job.job_id)
     add_usage(state, queue, share, job.need, -1)
-    state.mark_dirty(queue)
+    released = {unit for unit, _ in job.need}
+    gaining = []
+    for other in queue.shares.values():
+        head = state.head(other)
+        if head is not None and any(unit in released for unit, _ in head.need):
+            gaining.append(other.name)
+    if gaining:
+        state.mark_dirty(queue, *gaining)
 
 
 __all__ = ["evolve", "fold", "SharingStrategy"]

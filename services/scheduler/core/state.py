@@ -35,9 +35,32 @@ class Job:
         "dispatch_order", "borrowed", "is_terminated", "client_token", "created_at",
     )  # fmt: skip
 
-    def __init__(self, **fields: Any):
-        for name in self.__slots__:
-            setattr(self, name, fields.get(name))
+    def __init__(self, job_id: str, job_name: str, queue: str, share: str, priority: int,
+                 seq: int, need: Need, created_at: float) -> None:  # fmt: skip
+        self.job_id = job_id
+        self.job_name = job_name
+        self.queue = queue
+        self.share = share
+        self.priority = priority
+        self.seq = seq
+        self.need = need
+        self.created_at = created_at
+        self.status = JobStatus.RUNNABLE
+        self.attempt = 0
+        self.preempted_count = 0
+        self.preemption_retries: int | None = None  # None: requeue after every preemption
+        self.attempts_max = 1
+        self.attempts_used = 1  # placing the job into RUNNABLE the first time is attempt 1
+        self.retry_rules: tuple = ()
+        self.attempt_timeout_s: int | None = None
+        self.status_reason: str | None = None
+        self.reason_code: str | None = None  # blocked / capacity reason code while RUNNABLE
+        self.reason_since: float | None = None
+        self.dispatched_at: float | None = None
+        self.dispatch_order = 0
+        self.borrowed: Need = ()
+        self.is_terminated = False
+        self.client_token: str | None = None
 
     def key(self) -> HeapEntry:
         return (-self.priority, self.seq, self.job_id)
@@ -182,10 +205,20 @@ class State:
 
     # -- journaled structural changes --------------------------------------------------------
 
-    def set_counters(self, **values: Any) -> None:
+    def set_time(self, time: float) -> None:
         self.save(self)
-        for name, value in values.items():
-            setattr(self, name, value)
+        self.time = time
+
+    def take_seq(self) -> int:
+        """The next acceptance number (ruling 8: FIFO means acceptance order)."""
+        self.save(self)
+        self.next_seq += 1
+        return self.next_seq - 1
+
+    def take_dispatch(self) -> int:
+        self.save(self)
+        self.next_dispatch += 1
+        return self.next_dispatch - 1
 
     def put(self, mapping: dict, key: Any, value: Any) -> None:
         if key in mapping:
@@ -227,6 +260,7 @@ class State:
         return None
 
     def mark_dirty(self, queue: Queue, *share_names: str) -> None:
+        """Mark the named shares (all shares when none are named) for re-evaluation."""
         names = share_names or tuple(queue.shares)
         if not queue.dirty.issuperset(names):
             self.save(queue)

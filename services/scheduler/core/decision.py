@@ -56,8 +56,9 @@ class Rejected(Exception):
 def step(state: State, command: C.Command, seq: int) -> list[F.Fact]:
     at = state.time if command.at is None else max(command.at, state.time)
     round_ = Round(state, seq, at)
-    fire_due(round_, at)
-    round_.at = at
+    if state.timeouts or state.blocked:
+        fire_due(round_, at)
+        round_.at = at
     try:
         _HANDLERS[type(command)](round_, command)
     except Rejected as rejected:
@@ -67,7 +68,7 @@ def step(state: State, command: C.Command, seq: int) -> list[F.Fact]:
         ))  # fmt: skip
     schedule(round_)
     if at > state.time:
-        state.set_counters(time=at)
+        state.set_time(at)
     return round_.facts
 
 
@@ -263,15 +264,14 @@ def _delete_share(round_: Round, command: C.DeleteQuotaShare) -> None:
 @_handles(C.SubmitServiceJob)
 def _submit(round_: Round, command: C.SubmitServiceJob) -> None:
     state = round_.state
-    names = {"job_queue": command.job_queue, "quota_share_name": command.quota_share_name,
-             "job_id": command.job_id}  # fmt: skip
-    queue, share, _ = _existing_share(round_, command.job_queue, command.quota_share_name)
+    queue, share, names = _existing_share(round_, command.job_queue, command.quota_share_name)
     existing = _same_submission(state, command)
     if existing is not None:
         round_.emit(F.SubmissionDeduplicated(
             **_base(round_), job_id=existing, client_token=command.client_token
         ))
         return
+    names["job_id"] = command.job_id
     if queue.state is OnOff.DISABLED:
         raise Rejected(f"Job queue {queue.name} is DISABLED and accepts no new jobs", **names)
     if share.state is OnOff.DISABLED:
@@ -279,10 +279,13 @@ def _submit(round_: Round, command: C.SubmitServiceJob) -> None:
     job_id = command.job_id or _derived_job_id(state, command)
     if job_id in state.jobs:
         raise Rejected(f"Job id {job_id} is already used by another job", **names)
+    usage = command.capacity_usage
+    if usage is None:
+        usage = [CapacityUsage(capacity_unit=u, quantity=n) for u, n in command.need()]
     round_.emit(F.JobSubmitted(
-        **_base(round_), job_id=job_id, job_name=command.job_name, job_queue=queue.name,
-        quota_share_name=share.name, scheduling_priority=command.scheduling_priority,
-        capacity_usage=[CapacityUsage(capacity_unit=u, quantity=n) for u, n in command.need()],
+        at=round_.at, command_seq=round_.seq, job_id=job_id, job_name=command.job_name,
+        job_queue=queue.name, quota_share_name=share.name,
+        scheduling_priority=command.scheduling_priority, capacity_usage=usage,
         preemption_configuration=command.preemption_configuration,
         retry_strategy=command.retry_strategy, timeout_config=command.timeout_config,
         client_token=command.client_token, tags=command.tags,
