@@ -31,6 +31,7 @@ from events.values import (
     StatusCause,
 )
 from services.scheduler.core.admission import CAPACITY_BOUNCED
+from services.scheduler.core.evolve import evolve
 from services.scheduler.core.passes import schedule
 from services.scheduler.core.round import Round
 from services.scheduler.core.state import State
@@ -83,12 +84,18 @@ def step_raw(state: State, data: bytes | str, seq: int) -> list[F.Fact]:
     try:
         command = decode_command(data)
     except DecodeError as error:
-        fact = F.CommandRejected(
-            at=state.time, command_seq=seq, command_kind=error.kind or "Unknown",
-            status_reason=error.reason, raw=error.raw,
-        )  # fmt: skip
-        return [fact]
+        return reject(state, error.kind or "Unknown", error.reason, seq, state.time, raw=error.raw)
     return step(state, command, seq)
+
+
+def reject(state: State, kind: str, reason: str, seq: int, at: float, **names: str | None) -> list[F.Fact]:
+    """Refuse a command before the core could read it (undecodable, or misrouted on the bus)."""
+    fact = F.CommandRejected(
+        at=max(at, state.time), command_seq=seq, command_kind=kind, status_reason=reason,
+        **{key: value for key, value in names.items() if value is not None},
+    )  # fmt: skip
+    evolve(state, fact)
+    return [fact]
 
 
 def _handles(kind: type):
@@ -213,14 +220,15 @@ def _create_share(round_: Round, command: C.CreateQuotaShare) -> None:
     ))  # fmt: skip
 
 
-def _existing_share(round_: Round, job_queue: str, share_name: str):
+def _existing_share(round_: Round, job_queue: str, share_name: str, job_id: str | None = None):
     names = {"job_queue": job_queue, "quota_share_name": share_name}
     queue = round_.state.queues.get(job_queue)
     if queue is None:
-        raise Rejected(f"Job queue {job_queue} does not exist", **names)
+        raise Rejected(f"Job queue {job_queue} does not exist", job_id=job_id, **names)
     share = queue.shares.get(share_name)
     if share is None:
-        raise Rejected(f"Quota share {share_name} does not exist in job queue {job_queue}", **names)
+        raise Rejected(f"Quota share {share_name} does not exist in job queue {job_queue}",
+                       job_id=job_id, **names)  # fmt: skip
     return queue, share, names
 
 
@@ -264,7 +272,9 @@ def _delete_share(round_: Round, command: C.DeleteQuotaShare) -> None:
 @_handles(C.SubmitServiceJob)
 def _submit(round_: Round, command: C.SubmitServiceJob) -> None:
     state = round_.state
-    queue, share, names = _existing_share(round_, command.job_queue, command.quota_share_name)
+    queue, share, names = _existing_share(
+        round_, command.job_queue, command.quota_share_name, command.job_id
+    )
     existing = _same_submission(state, command)
     if existing is not None:
         round_.emit(F.SubmissionDeduplicated(
