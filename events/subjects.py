@@ -1,0 +1,70 @@
+"""Every stream, subject and bucket name, in one place.
+
+Commands:  qm.cmd.<jobQueue>.<quotaShare>.<Kind>
+Facts:     qm.fact.<jobQueue>.<quotaShare>.<Kind>
+API:       qm.api.<verb>  (request/reply, answered by the leading scheduler)
+
+`~` stands for "not about one queue / one share" (service environments, scheduling policies,
+queue-level configuration, ticks).  Resource names can never contain `~` or `.`, so a subject
+token is always either a real name or `~`, and NATS permissions can confine a team's
+credentials to `qm.cmd.<its queue>.<its share>.SubmitServiceJob` and friends.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+COMMANDS_STREAM = "QM_COMMANDS"
+FACTS_STREAM = "QM_FACTS"
+LEASES_BUCKET = "QM_LEASES"
+SNAPSHOTS_BUCKET = "QM_SNAPSHOTS"
+
+COMMANDS_PREFIX = "qm.cmd"
+FACTS_PREFIX = "qm.fact"
+API_PREFIX = "qm.api"
+ANY = "~"
+
+JOB_ID_COMMANDS = frozenset({"UpdateServiceJob", "TerminateServiceJob", "ReportJobStatus"})
+GLOBAL_COMMANDS = frozenset(
+    {"CreateServiceEnvironment", "UpdateServiceEnvironment", "CreateSchedulingPolicy", "Tick"}
+)
+
+
+def command_subject(kind: str, job_queue: str | None = None, share: str | None = None) -> str:
+    return f"{COMMANDS_PREFIX}.{job_queue or ANY}.{share or ANY}.{kind}"
+
+
+def subject_for_command(command: Any, route: tuple[str, str] | None = None) -> str:
+    """Where a client publishes `command`.  Commands that name only a jobId need the job's
+    (queue, share) as `route`: the scheduler checks it, so a team cannot touch another
+    team's job by publishing on its own subject."""
+    kind = command.kind
+    if kind in GLOBAL_COMMANDS:
+        return command_subject(kind)
+    if kind in JOB_ID_COMMANDS:
+        queue, share = route if route is not None else (None, None)
+        return command_subject(kind, queue, share)
+    queue = getattr(command, "job_queue", None) or getattr(command, "job_queue_name", None)
+    share = getattr(command, "quota_share_name", None) if kind == "SubmitServiceJob" else None
+    if kind in ("CreateQuotaShare", "UpdateQuotaShare", "DeleteQuotaShare"):
+        share = command.quota_share_name
+    return command_subject(kind, queue, share)
+
+
+def parse_command_subject(subject: str) -> tuple[str | None, str | None, str]:
+    """(queue or None, share or None, kind) of a command subject."""
+    parts = subject.split(".")
+    if len(parts) != 5 or ".".join(parts[:2]) != COMMANDS_PREFIX:
+        return None, None, parts[-1] if parts else ""
+    queue, share, kind = parts[2], parts[3], parts[4]
+    return (None if queue == ANY else queue), (None if share == ANY else share), kind
+
+
+def fact_subject(kind: str, job_queue: str | None = None, share: str | None = None) -> str:
+    return f"{FACTS_PREFIX}.{job_queue or ANY}.{share or ANY}.{kind}"
+
+
+def facts_filter(job_queue: str | None = None, share: str | None = None) -> str:
+    if job_queue is None:
+        return f"{FACTS_PREFIX}.>"
+    return f"{FACTS_PREFIX}.{job_queue}.{share or '*'}.*"

@@ -1,0 +1,311 @@
+"""The Python client for pipelines, shaped like the SageMaker SDK's training queues.
+
+    from services.client import TrainingQueue
+    queue = TrainingQueue("q", nats_url="nats://127.0.0.1:4222")
+    job = queue.submit("train-1", quota_share_name="qs1", priority=3,
+                       instance_type="ml.g5.xlarge", instance_count=1)
+    job.update(scheduling_priority=5)
+    job.describe()["status"]
+
+`Bus` is the async core: publish a command (returns once JetStream stored it), optionally wait
+for the facts the scheduler decided for it, and ask the scheduler read questions over NATS
+request/reply.  `AsyncTrainingQueue` / `AsyncTrainingQueuedJob` are the async API; the
+`TrainingQueue` / `TrainingQueuedJob` classes run the same code on a private event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import threading
+from collections.abc import Coroutine
+from typing import Any
+
+from nats.js.api import ConsumerConfig, DeliverPolicy
+
+from events.codec import decode_command, decode_fact
+from events.facts import CommandRejected, Fact
+from events.subjects import API_PREFIX, COMMANDS_STREAM, FACTS_STREAM, subject_for_command
+from services.bus import connect
+
+DEFAULT_URL = "nats://127.0.0.1:4222"
+
+
+class ClientError(Exception):
+    """The scheduler refused a command or a request (AWS's ClientException)."""
+
+
+def resolve_url(url: str | None) -> str:
+    return url or os.environ.get("QUOTASCHED_NATS_URL") or DEFAULT_URL
+
+
+class Bus:
+    def __init__(self, url: str | None = None, name: str = "quotasched-client"):
+        self.url = resolve_url(url)
+        self.name = name
+        self.nc = None
+        self.js = None
+
+    async def __aenter__(self) -> Bus:
+        self.nc = await connect(self.url, self.name)
+        self.js = self.nc.jetstream()
+        return self
+
+    async def __aexit__(self, *exc_info) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if self.nc is not None:
+            await self.nc.drain()
+            self.nc = None
+
+    async def request(self, verb: str, timeout: float = 10.0, **params: Any) -> dict[str, Any]:
+        reply = await self.nc.request(f"{API_PREFIX}.{verb}", json.dumps(params).encode(),
+                                      timeout=timeout)  # fmt: skip
+        answer = json.loads(reply.data)
+        if isinstance(answer, dict) and "error" in answer:
+            raise ClientError(answer["error"]["message"])
+        return answer
+
+    async def route(self, job_id: str) -> tuple[str, str]:
+        job = await self.request("describe-service-job", jobId=job_id)
+        return job["jobQueue"], job["quotaShareName"]
+
+    async def publish(self, command: Any, route: tuple[str, str] | None = None) -> int:
+        """Store one command (a model, a dict or JSON text); returns its stream sequence."""
+        command, data = _as_command(command)
+        if route is None and command.kind in ("UpdateServiceJob", "TerminateServiceJob",
+                                              "ReportJobStatus"):  # fmt: skip
+            route = await self.route(command.job_id)
+        subject = subject_for_command(command, route)
+        ack = await self.js.publish(subject, data, stream=COMMANDS_STREAM)
+        return ack.seq
+
+    async def submit_and_wait(self, command: Any, route: tuple[str, str] | None = None,
+                              timeout: float = 30.0) -> list[Fact]:  # fmt: skip
+        """Publish, then return the facts the scheduler recorded for this very command."""
+        facts: asyncio.Queue = asyncio.Queue()
+
+        async def collect(msg) -> None:
+            facts.put_nowait(msg)
+
+        sub = await self.js.subscribe(
+            "qm.fact.>", cb=collect, ordered_consumer=True, stream=FACTS_STREAM,
+            config=ConsumerConfig(deliver_policy=DeliverPolicy.NEW),
+        )  # fmt: skip
+        try:
+            seq = await self.publish(command, route)
+            decided: list[Fact] = []
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + timeout
+            while True:
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    raise TimeoutError(f"no decision for command {seq} within {timeout}s")
+                msg = await asyncio.wait_for(facts.get(), remaining)
+                fact = decode_fact(msg.data)
+                if fact.command_seq != seq:
+                    if decided:
+                        return decided
+                    continue
+                decided.append(fact)
+                count = int((msg.headers or {}).get("Qm-Facts", "1"))
+                if len(decided) >= count:
+                    return decided
+        finally:
+            await sub.unsubscribe()
+
+
+def _as_command(command: Any):
+    if isinstance(command, (str, bytes)):
+        data = command.encode() if isinstance(command, str) else command
+    elif isinstance(command, dict):
+        data = json.dumps(command).encode()
+    else:
+        data = command.model_dump_json(by_alias=True, exclude_none=True).encode()
+    return decode_command(data), data
+
+
+def raise_if_rejected(facts: list[Fact]) -> list[Fact]:
+    for fact in facts:
+        if isinstance(fact, CommandRejected):
+            raise ClientError(fact.status_reason)
+    return facts
+
+
+# -- SageMaker-SDK-shaped API ----------------------------------------------------------------
+
+
+class AsyncTrainingQueuedJob:
+    def __init__(self, bus: Bus, job_id: str, job_name: str, job_queue: str, quota_share_name: str):
+        self.bus = bus
+        self.job_id = job_id
+        self.job_name = job_name
+        self.job_queue = job_queue
+        self.quota_share_name = quota_share_name
+
+    @property
+    def job_arn(self) -> str:
+        return f"arn:aws:batch:local:000000000000:job/{self.job_id}"
+
+    async def describe(self) -> dict[str, Any]:
+        return await self.bus.request("describe-service-job", jobId=self.job_id)
+
+    async def update(self, scheduling_priority: int) -> None:
+        raise_if_rejected(await self.bus.submit_and_wait(
+            {"kind": "UpdateServiceJob", "jobId": self.job_id,
+             "schedulingPriority": scheduling_priority},
+            route=(self.job_queue, self.quota_share_name),
+        ))  # fmt: skip
+
+    async def terminate(self, reason: str = "Default terminate reason") -> None:
+        raise_if_rejected(await self.bus.submit_and_wait(
+            {"kind": "TerminateServiceJob", "jobId": self.job_id, "reason": reason},
+            route=(self.job_queue, self.quota_share_name),
+        ))  # fmt: skip
+
+    async def wait(self, timeout: float | None = None, poll_s: float = 0.2) -> dict[str, Any]:
+        """Until SUCCEEDED or FAILED; returns the last description."""
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while True:
+            described = await self.describe()
+            if described["status"] in ("SUCCEEDED", "FAILED"):
+                return described
+            if deadline is not None and loop.time() > deadline:
+                raise TimeoutError(f"job {self.job_id} still {described['status']}")
+            await asyncio.sleep(poll_s)
+
+    async def result(self, timeout: float | None = None) -> dict[str, Any]:
+        described = await self.wait(timeout)
+        if described["status"] == "FAILED":
+            raise RuntimeError(described.get("statusReason") or "job failed")
+        return described
+
+
+class AsyncTrainingQueue:
+    def __init__(self, queue_name: str, bus: Bus):
+        self.queue_name = queue_name
+        self.bus = bus
+
+    async def submit(self, job_name: str, *, quota_share_name: str, priority: int | None = None,
+                     instance_type: str | None = None, instance_count: int = 1,
+                     capacity_usage: list[dict] | None = None,
+                     service_request_payload: dict | str | None = None,
+                     preemption_config: dict | None = None, retry_config: dict | None = None,
+                     timeout: dict | None = None, tags: dict | None = None,
+                     job_id: str | None = None, client_token: str | None = None,
+                     share_identifier: str | None = None) -> AsyncTrainingQueuedJob:  # fmt: skip
+        if share_identifier is not None:
+            raise ValueError("share_identifier and quota_share_name can't be used together; "
+                             "quota-management queues take quota_share_name")  # fmt: skip
+        command: dict[str, Any] = {"kind": "SubmitServiceJob", "jobName": job_name,
+                                   "jobQueue": self.queue_name, "quotaShareName": quota_share_name}
+        if service_request_payload is not None:
+            command["serviceRequestPayload"] = service_request_payload
+        elif capacity_usage is not None:
+            command["capacityUsage"] = capacity_usage
+        elif instance_type is not None:
+            command["capacityUsage"] = [{"capacityUnit": instance_type, "quantity": instance_count}]
+        else:
+            raise ValueError("give instance_type, capacity_usage or service_request_payload")
+        optional = {"schedulingPriority": priority, "preemptionConfiguration": preemption_config,
+                    "retryStrategy": retry_config, "timeoutConfig": timeout, "tags": tags,
+                    "jobId": job_id, "clientToken": client_token}  # fmt: skip
+        command.update({key: value for key, value in optional.items() if value is not None})
+        facts = raise_if_rejected(await self.bus.submit_and_wait(command))
+        submitted = facts[0]
+        return AsyncTrainingQueuedJob(self.bus, submitted.job_id, job_name, self.queue_name,
+                                      quota_share_name)  # fmt: skip
+
+    async def list_jobs(self, job_name: str | None = None, status: str = "RUNNING") -> list[dict]:
+        params: dict[str, Any] = {"jobQueue": self.queue_name, "jobStatus": status}
+        if job_name is not None:
+            params["filters"] = [{"name": "JOB_NAME", "values": [job_name]}]
+        return (await self.bus.request("list-service-jobs", **params))["jobSummaryList"]
+
+    async def list_jobs_by_share(self, quota_share_name: str, status: str = "RUNNING") -> list[dict]:
+        return (await self.bus.request(
+            "list-service-jobs", jobQueue=self.queue_name, jobStatus=status,
+            filters=[{"name": "QUOTA_SHARE_NAME", "values": [quota_share_name]}],
+        ))["jobSummaryList"]  # fmt: skip
+
+    async def get_job(self, job_name: str) -> AsyncTrainingQueuedJob:
+        jobs = await self.list_jobs(job_name=job_name)
+        if not jobs:
+            raise ValueError(f"no job named {job_name} in {self.queue_name}")
+        job = jobs[0]
+        return AsyncTrainingQueuedJob(self.bus, job["jobId"], job["jobName"], self.queue_name,
+                                      job["quotaShareName"])  # fmt: skip
+
+    async def snapshot(self) -> dict[str, Any]:
+        return await self.bus.request("get-job-queue-snapshot", jobQueue=self.queue_name)
+
+
+class _Loop:
+    """A private event loop on a daemon thread, so the sync API works anywhere."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+
+    def run(self, coroutine: Coroutine) -> Any:
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
+
+
+class TrainingQueuedJob:
+    def __init__(self, inner: AsyncTrainingQueuedJob, loop: _Loop):
+        self._inner, self._loop = inner, loop
+        self.job_id, self.job_name = inner.job_id, inner.job_name
+        self.job_arn, self.quota_share_name = inner.job_arn, inner.quota_share_name
+
+    def describe(self) -> dict[str, Any]:
+        return self._loop.run(self._inner.describe())
+
+    def update(self, scheduling_priority: int) -> None:
+        self._loop.run(self._inner.update(scheduling_priority))
+
+    def terminate(self, reason: str = "Default terminate reason") -> None:
+        self._loop.run(self._inner.terminate(reason))
+
+    def wait(self, timeout: float | None = None) -> dict[str, Any]:
+        return self._loop.run(self._inner.wait(timeout))
+
+    def result(self, timeout: float | None = None) -> dict[str, Any]:
+        return self._loop.run(self._inner.result(timeout))
+
+
+class TrainingQueue:
+    def __init__(self, queue_name: str, nats_url: str | None = None):
+        self._loop = _Loop()
+        self.bus = Bus(nats_url)
+        self._loop.run(self.bus.__aenter__())
+        self._inner = AsyncTrainingQueue(queue_name, self.bus)
+        self.queue_name = queue_name
+
+    def submit(self, job_name: str, **options: Any) -> TrainingQueuedJob:
+        return TrainingQueuedJob(self._loop.run(self._inner.submit(job_name, **options)), self._loop)
+
+    def list_jobs(self, job_name: str | None = None, status: str = "RUNNING") -> list[dict]:
+        return self._loop.run(self._inner.list_jobs(job_name, status))
+
+    def list_jobs_by_share(self, quota_share_name: str, status: str = "RUNNING") -> list[dict]:
+        return self._loop.run(self._inner.list_jobs_by_share(quota_share_name, status))
+
+    def get_job(self, job_name: str) -> TrainingQueuedJob:
+        return TrainingQueuedJob(self._loop.run(self._inner.get_job(job_name)), self._loop)
+
+    def snapshot(self) -> dict[str, Any]:
+        return self._loop.run(self._inner.snapshot())
+
+    def close(self) -> None:
+        self._loop.run(self.bus.close())
+        self._loop.loop.call_soon_threadsafe(self._loop.loop.stop)
+
+    def __enter__(self) -> TrainingQueue:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()

@@ -1,0 +1,221 @@
+"""Read answers shaped like the AWS Batch API, computed from the scheduler's committed state.
+
+`answer(state, verb, request)` is pure: the service calls it under its state lock for
+`qm.api.<verb>` requests, and the tests call it directly.  Times are epoch milliseconds, as
+AWS returns them; ARNs use region `local` and account `000000000000`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from services.scheduler.core.state import Job, State
+
+ARN = "arn:aws:batch:local:000000000000"
+
+
+class ApiError(ValueError):
+    pass
+
+
+def job_arn(job_id: str) -> str:
+    return f"{ARN}:job/{job_id}"
+
+
+def _ms(at: float | None) -> int | None:
+    return None if at is None else int(round(at * 1000))
+
+
+def _name(value: str | None) -> str | None:
+    if isinstance(value, str) and value.startswith("arn:"):
+        return value.rsplit("/", 1)[-1]
+    return value
+
+
+def _job_summary(job: Job) -> dict[str, Any]:
+    summary = {
+        "jobArn": job_arn(job.job_id), "jobId": job.job_id, "jobName": job.job_name,
+        "jobQueue": job.queue, "serviceJobType": "SAGEMAKER_TRAINING",
+        "status": job.status.value, "statusReason": job.status_reason,
+        "quotaShareName": job.share, "schedulingPriority": job.priority,
+        "createdAt": _ms(job.created_at), "scheduledAt": _ms(job.dispatched_at),
+        "capacityUsage": [{"capacityUnit": u, "quantity": n} for u, n in job.need],
+        "attempt": job.attempt,
+    }  # fmt: skip
+    if job.is_terminated:
+        summary["isTerminated"] = True
+    return summary
+
+
+def describe_service_job(state: State, request: dict) -> dict[str, Any]:
+    job_id = _name(request.get("jobId"))
+    job = state.jobs.get(job_id)
+    if job is None:
+        raise ApiError(f"Job {job_id} does not exist")
+    described = _job_summary(job)
+    described.update({
+        "borrowed": [{"capacityUnit": u, "quantity": n} for u, n in job.borrowed],
+        "preemptionConfiguration": (
+            None if job.preemption_retries is None
+            else {"preemptionRetriesBeforeTermination": job.preemption_retries}
+        ),
+        "retryStrategy": {"attempts": job.attempts_max},
+        "attemptsUsed": job.attempts_used,
+        "timeoutConfig": (None if job.attempt_timeout_s is None
+                          else {"attemptDurationSeconds": job.attempt_timeout_s}),
+    })  # fmt: skip
+    if job.preempted_count:
+        described["preemptionSummary"] = {"preemptedAttemptCount": job.preempted_count}
+    return described
+
+
+def list_service_jobs(state: State, request: dict) -> dict[str, Any]:
+    """Newest first.  `jobStatus` defaults to RUNNING; a JOB_NAME filter ignores the status,
+    a QUOTA_SHARE_NAME filter combines with it (spec 4.2)."""
+    queue = _name(request.get("jobQueue"))
+    if queue not in state.queues:
+        raise ApiError(f"Job queue {queue} does not exist")
+    status = request.get("jobStatus") or "RUNNING"
+    filters = {item["name"]: item.get("values", []) for item in request.get("filters") or []}
+    share_names = set(filters.get("QUOTA_SHARE_NAME", []))
+    name_patterns = filters.get("JOB_NAME", [])
+    use_status = not name_patterns
+    limit = int(request.get("maxResults") or 100)
+    jobs = []
+    for job in reversed(list(state.jobs.values())):
+        if job.queue != queue:
+            continue
+        if use_status and status != "ALL" and job.status.value != status:
+            continue
+        if share_names and job.share not in share_names:
+            continue
+        if name_patterns and not any(_name_matches(job.job_name, p) for p in name_patterns):
+            continue
+        jobs.append(_job_summary(job))
+        if len(jobs) >= limit:
+            break
+    return {"jobSummaryList": jobs}
+
+
+def _name_matches(name: str, pattern: str) -> bool:
+    name, pattern = name.lower(), pattern.lower()
+    return name.startswith(pattern[:-1]) if pattern.endswith("*") else name == pattern
+
+
+def get_job_queue_snapshot(state: State, request: dict) -> dict[str, Any]:
+    queue_name = _name(request.get("jobQueue"))
+    queue = state.queues.get(queue_name)
+    if queue is None:
+        raise ApiError(f"Job queue {queue_name} does not exist")
+    fronts = {}
+    runnable = []
+    for share in queue.shares.values():
+        head = state_head(state, share)
+        fronts[share.name] = [] if head is None else [
+            {"jobArn": job_arn(head.job_id), "earliestTimeAtPosition": _ms(head.created_at)}
+        ]
+    for job in state.jobs.values():
+        if job.queue == queue_name and job.status.value == "RUNNABLE":
+            runnable.append(job)
+    runnable.sort(key=lambda job: (-job.priority, job.seq))
+    return {
+        "frontOfQueue": {"jobs": [{"jobArn": job_arn(job.job_id),
+                                   "earliestTimeAtPosition": _ms(job.created_at)}
+                                  for job in runnable[:100]]},
+        "frontOfQuotaShares": {"quotaShares": fronts},
+        "queueUtilization": {
+            "totalCapacityUsage": [{"capacityUnit": u, "quantity": float(n)}
+                                   for u, n in sorted(queue.usage.items()) if n],
+            "quotaShareUtilization": {"topCapacityUtilization": [
+                {"quotaShareName": share.name,
+                 "capacityUsage": [{"capacityUnit": u, "quantity": float(n)}
+                                   for u, n in sorted(share.usage.items()) if n]}
+                for share in queue.shares.values() if any(share.usage.values())
+            ]},
+        },
+    }  # fmt: skip
+
+
+def state_head(state: State, share) -> Job | None:
+    """The share's head without touching the heap (readers must not mutate state)."""
+    best = None
+    for priority, seq, job_id in share.heap:
+        job = state.jobs.get(job_id)
+        if job is None or job.status.value != "RUNNABLE" or (-job.priority, job.seq) != (priority, seq):
+            continue
+        if best is None or (priority, seq) < (-best.priority, best.seq):
+            best = job
+    return best
+
+
+def _share_detail(queue_name: str, share) -> dict[str, Any]:
+    config = share.config.model_dump(mode="json", by_alias=True)
+    for key in ("kind", "at", "commandSeq"):
+        config.pop(key, None)
+    config.update({
+        "quotaShareArn": f"{ARN}:job-queue/{queue_name}/quota-share/{share.name}",
+        "jobQueueArn": f"{ARN}:job-queue/{queue_name}", "status": "VALID",
+        "usage": dict(share.usage),
+    })  # fmt: skip
+    return config
+
+
+def list_quota_shares(state: State, request: dict) -> dict[str, Any]:
+    queue_name = _name(request.get("jobQueue"))
+    queue = state.queues.get(queue_name)
+    if queue is None:
+        raise ApiError(f"Job queue {queue_name} does not exist")
+    return {"quotaShares": [_share_detail(queue_name, share) for share in queue.shares.values()]}
+
+
+def describe_quota_share(state: State, request: dict) -> dict[str, Any]:
+    arn = request.get("quotaShareArn")
+    if arn:
+        _, _, rest = arn.partition("job-queue/")
+        queue_name, _, share_name = rest.partition("/quota-share/")
+    else:
+        queue_name, share_name = _name(request.get("jobQueue")), request.get("quotaShareName")
+    queue = state.queues.get(queue_name)
+    share = queue.shares.get(share_name) if queue else None
+    if share is None:
+        raise ApiError(f"Quota share {share_name} does not exist in job queue {queue_name}")
+    return _share_detail(queue_name, share)
+
+
+def describe_service_environments(state: State, request: dict) -> dict[str, Any]:
+    return {"serviceEnvironments": [
+        {"serviceEnvironmentName": env.name, "state": env.state.value, "status": "VALID",
+         "capacityLimits": [{"capacityUnit": u, "maxCapacity": n} for u, n in env.capacity.items()],
+         "jobQueue": env.queue}
+        for env in state.environments.values()
+    ]}  # fmt: skip
+
+
+def describe_job_queues(state: State, request: dict) -> dict[str, Any]:
+    return {"jobQueues": [
+        {"jobQueueName": q.name, "jobQueueArn": f"{ARN}:job-queue/{q.name}", "state": q.state.value,
+         "status": "VALID", "priority": q.priority, "schedulingPolicy": q.policy,
+         "serviceEnvironmentOrder": [{"order": 1, "serviceEnvironment": q.environment}]}
+        for q in state.queues.values()
+    ]}  # fmt: skip
+
+
+VERBS = {
+    "describe-service-job": describe_service_job,
+    "list-service-jobs": list_service_jobs,
+    "get-job-queue-snapshot": get_job_queue_snapshot,
+    "list-quota-shares": list_quota_shares,
+    "describe-quota-share": describe_quota_share,
+    "describe-service-environments": describe_service_environments,
+    "describe-job-queues": describe_job_queues,
+}
+
+
+def answer(state: State, verb: str, request: dict) -> dict[str, Any]:
+    handler = VERBS.get(verb)
+    if handler is None:
+        raise ApiError(f"Unknown operation {verb}; expected one of {', '.join(VERBS)}")
+    try:
+        return handler(state, request)
+    except ApiError as error:
+        return {"error": {"type": "ClientException", "message": str(error)}}

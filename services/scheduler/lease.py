@@ -1,0 +1,75 @@
+"""Leadership of one scheduling partition: a NATS KV key with compare-and-set and expiry.
+
+`acquire` creates the key (only possible when it is absent: nobody leads, or the last leader
+stopped renewing and the bucket's TTL removed it).  The leader renews it with `update` on the
+revision it last wrote; a renewal that fails means someone else took over.  `valid()` is the
+leader's own, conservative view: it stops writing a margin before the TTL could run out.  Even
+a leader that was frozen past its lease and does not know it yet cannot write: the fact log's
+expected-last-sequence check refuses its append (fencing).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+from nats.js import JetStreamContext
+from nats.js.errors import KeyWrongLastSequenceError, NotFoundError, APIError
+
+from events.subjects import LEASES_BUCKET
+
+
+class Lease:
+    def __init__(self, js: JetStreamContext, partition: str, ttl_s: float, holder: str | None = None):
+        self.js = js
+        self.key = f"scheduler.{partition}"
+        self.ttl_s = ttl_s
+        self.holder = holder or f"scheduler-{uuid.uuid4().hex[:12]}"
+        self.revision: int | None = None
+        self.valid_until = 0.0
+
+    async def acquire(self) -> bool:
+        kv = await self.js.key_value(LEASES_BUCKET)
+        started = time.monotonic()
+        try:
+            self.revision = await kv.create(self.key, self.holder.encode())
+        except (KeyWrongLastSequenceError, APIError):
+            return False
+        self.valid_until = started + self.ttl_s * 0.75
+        return True
+
+    async def renew(self) -> bool:
+        if self.revision is None:
+            return False
+        kv = await self.js.key_value(LEASES_BUCKET)
+        started = time.monotonic()
+        try:
+            self.revision = await kv.update(self.key, self.holder.encode(), last=self.revision)
+        except (KeyWrongLastSequenceError, NotFoundError, APIError):
+            self.revision = None
+            self.valid_until = 0.0
+            return False
+        self.valid_until = started + self.ttl_s * 0.75
+        return True
+
+    def valid(self) -> bool:
+        return self.revision is not None and time.monotonic() < self.valid_until
+
+    async def release(self) -> None:
+        if self.revision is None:
+            return
+        kv = await self.js.key_value(LEASES_BUCKET)
+        try:
+            await kv.delete(self.key, last=self.revision)
+        except (KeyWrongLastSequenceError, NotFoundError, APIError):
+            pass
+        self.revision = None
+        self.valid_until = 0.0
+
+    async def holder_now(self) -> str | None:
+        kv = await self.js.key_value(LEASES_BUCKET)
+        try:
+            entry = await kv.get(self.key)
+        except (NotFoundError, APIError):
+            return None
+        return entry.value.decode() if entry.value else None
