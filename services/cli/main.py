@@ -134,6 +134,101 @@ def _print_usage(console: Console, state: State) -> None:
         console.print(f"Total in use: {total}")
 
 
+NatsUrl = Annotated[
+    Optional[str],
+    typer.Option("--nats-url", envvar="QUOTASCHED_NATS_URL",
+                 help="NATS server or cluster to use (default: start an embedded one)."),
+]
+
+
+def _settings(nats_url: Optional[str], **values) -> "Settings":
+    from services.settings import Settings
+
+    return Settings(nats_url=nats_url, **{k: v for k, v in values.items() if v is not None})
+
+
+@app.command()
+def up(
+    nats_url: NatsUrl = None,
+    data_dir: Annotated[Path, typer.Option("--data-dir", help="Where the embedded server keeps its streams.")] = Path(".quotasched"),
+    port: Annotated[Optional[int], typer.Option("--port", help="Port of the embedded server (default: a free one).")] = None,
+    executor: Annotated[str, typer.Option("--executor", help="simulated, process or none")] = "simulated",
+    speed: Annotated[float, typer.Option("--speed", help="Simulated executor: time speed-up factor.")] = 1.0,
+) -> None:
+    """Start everything: nats-server (unless --nats-url), the scheduler and an executor.
+
+    The first line printed is the NATS URL to point the CLI and clients at.  Ctrl-C stops it
+    all cleanly; starting again on the same --data-dir resumes where it stopped.
+    """
+    import asyncio
+
+    from services import logs
+    from services.runtime import serve
+
+    if executor not in ("simulated", "process", "none"):
+        typer.echo("quotasched up: --executor must be simulated, process or none", err=True)
+        raise typer.Exit(2)
+    logs.configure()
+    settings = _settings(nats_url, data_dir=str(data_dir))
+    asyncio.run(serve(settings, port=port, executor=executor, speed=speed,
+                      announce=lambda url: print(url, flush=True)))
+
+
+@app.command()
+def scheduler(
+    nats_url: NatsUrl = None,
+    partition: Annotated[str, typer.Option(help="Scheduling partition (lease key).")] = "main",
+) -> None:
+    """Run one scheduler instance against a NATS server; a second one is a hot standby."""
+    import asyncio
+
+    from services import logs
+    from services.runtime import Stack, stop_on_signals
+
+    if nats_url is None:
+        typer.echo("quotasched scheduler: --nats-url (or QUOTASCHED_NATS_URL) is required", err=True)
+        raise typer.Exit(2)
+    logs.configure()
+
+    async def run() -> None:
+        stack = Stack(_settings(nats_url, partition=partition), executor="none", scheduler=False)
+        async with stack:
+            from services.bus import connect
+            from services.scheduler.service import Scheduler
+
+            nc = await connect(nats_url, "quotasched-scheduler")
+            stop_on_signals(stack.stop)
+            await Scheduler(nc, stack.settings).run(stack.stop)
+            await nc.close()
+
+    asyncio.run(run())
+
+
+@app.command("executor")
+def executor_command(
+    nats_url: NatsUrl = None,
+    kind: Annotated[str, typer.Option("--kind", help="simulated or process")] = "simulated",
+    speed: Annotated[float, typer.Option(help="Simulated executor: time speed-up factor.")] = 1.0,
+) -> None:
+    """Run an executor: it starts dispatched jobs and reports their status."""
+    import asyncio
+
+    from services import logs
+    from services.runtime import Stack, stop_on_signals
+
+    if nats_url is None:
+        typer.echo("quotasched executor: --nats-url (or QUOTASCHED_NATS_URL) is required", err=True)
+        raise typer.Exit(2)
+    logs.configure()
+
+    async def run() -> None:
+        async with Stack(_settings(nats_url), executor=kind, speed=speed, scheduler=False) as stack:
+            stop_on_signals(stack.stop)
+            await stack.stop.wait()
+
+    asyncio.run(run())
+
+
 @app.command("facts-check", hidden=True)
 def facts_check(file: Path) -> None:
     """Validate a fact log (JSON Lines) against the fact schema."""

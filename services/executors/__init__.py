@@ -1,0 +1,1 @@
+"""Executors: follow the fact log, run what the scheduler dispatched, report back."""

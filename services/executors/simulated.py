@@ -1,0 +1,45 @@
+"""The simulated executor: each attempt "runs" for the job's duration, scaled by a speed factor.
+
+The duration comes from the job's tags (`duration` in seconds) or its SageMaker payload
+(`StoppingCondition.MaxRuntimeInSeconds`), else `default_duration_s`.  A tag `outcome=FAILED`
+makes every attempt fail, to exercise retries.  A preempted attempt stops at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from services.executors.base import Attempt, Executor, Publish
+
+
+def job_duration_s(spec: dict, default: float) -> float:
+    tags = spec.get("tags") or {}
+    if "duration" in tags:
+        return float(tags["duration"])
+    payload = spec.get("payload")
+    if isinstance(payload, str):
+        try:
+            payload = json.loads(payload)
+        except ValueError:
+            payload = None
+    if isinstance(payload, dict):
+        runtime = (payload.get("StoppingCondition") or {}).get("MaxRuntimeInSeconds")
+        if isinstance(runtime, (int, float)):
+            return float(runtime)
+    return default
+
+
+class SimulatedExecutor(Executor):
+    name = "simulated"
+
+    def __init__(self, publish: Publish, speed: float = 1.0, default_duration_s: float = 60.0):
+        super().__init__(publish)
+        self.speed = speed
+        self.default_duration_s = default_duration_s
+
+    async def execute(self, attempt: Attempt) -> tuple[str, str | None]:
+        await asyncio.sleep(job_duration_s(attempt.spec, self.default_duration_s) / self.speed)
+        if (attempt.spec.get("tags") or {}).get("outcome") == "FAILED":
+            return "FAILED", "Simulated failure (tag outcome=FAILED)"
+        return "SUCCEEDED", None
