@@ -86,15 +86,31 @@ def schema(
 
 @app.command()
 def demo(
+    offline: Annotated[bool, typer.Option("--offline", help="Narrate a replay instead of running the live stack.")] = False,
     file: Annotated[
-        Optional[Path], typer.Option(help="Command file to narrate (default: the notebook story).")
+        Optional[Path], typer.Option(help="With --offline: command file to narrate (default: the notebook story).")
     ] = None,
 ) -> None:
-    """Replay the official notebook's story and narrate what the scheduler decided."""
+    """The official notebook's story, live: borrow, cross-share reclaim, in-share preemption.
+
+    Starts an embedded nats-server, the scheduler and the simulated executor in a temporary
+    directory, submits through the Python client and narrates the fact log as it grows.
+    """
+    console = Console()
+    if not offline:
+        import asyncio
+        import logging
+
+        from services import logs
+        from services.demo import run_demo
+
+        logs.configure("WARNING")
+        logging.getLogger("faststream").setLevel(logging.WARNING)
+        asyncio.run(run_demo(console))
+        return
     from services.cli.narrate import sentence
 
     path = file or EXAMPLES / "notebook.jsonl"
-    console = Console()
     state = State()
     with _open_lines(str(path)) as handle:
         facts = list(replay_lines(handle, state))

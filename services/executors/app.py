@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 from faststream import AckPolicy
 from faststream.nats import JStream, NatsBroker
 from nats.js.api import DeliverPolicy
@@ -29,13 +31,18 @@ def build_executor(broker: NatsBroker, kind: str, *, speed: float = 1.0,
     else:
         raise ValueError(f"unknown executor kind {kind!r}: simulated or process")
 
-    @broker.subscriber(
-        "qm.fact.>", stream=JStream(FACTS_STREAM, declare=False),
-        durable=f"executor-{name or kind}", deliver_policy=DeliverPolicy.ALL,
-        ack_policy=AckPolicy.ACK,
-    )  # fmt: skip
     async def on_fact(fact: dict) -> None:  # FastStream hands over the decoded JSON object
         if fact.get("kind") in EXECUTOR_FACTS:
             await executor.on_fact(fact)
+
+    # One durable push consumer per executor name, on purpose: an executor must see every
+    # fact in order (FastStream warns that such a consumer does not scale horizontally).
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        broker.subscriber(
+            "qm.fact.>", stream=JStream(FACTS_STREAM, declare=False),
+            durable=f"executor-{name or kind}", deliver_policy=DeliverPolicy.ALL,
+            ack_policy=AckPolicy.ACK,
+        )(on_fact)  # fmt: skip
 
     return executor
