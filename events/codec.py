@@ -6,7 +6,9 @@ message reads like an AWS ClientException and names every problem found.
 
 from __future__ import annotations
 
+import base64
 import json
+import math
 from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
@@ -20,22 +22,42 @@ FACTS: TypeAdapter[Fact] = TypeAdapter(AnyFact)
 
 
 class DecodeError(ValueError):
-    """A message that is not a valid command; `kind` is what it claimed to be, if anything."""
+    """A message that is not a valid command.
 
-    def __init__(self, reason: str, kind: str | None, raw: str):
+    Besides the reason it carries what the message claimed, as far as it could be read (its
+    `kind`, `at` and the job, queue and share it named), and the raw text: base64 when the
+    bytes are not UTF-8, so the record keeps them exactly.
+    """
+
+    def __init__(self, reason: str, raw: bytes | str):
         super().__init__(reason)
         self.reason = reason
-        self.kind = kind
-        self.raw = raw
+        if isinstance(raw, bytes):
+            try:
+                self.raw, self.raw_encoding = raw.decode("utf-8"), None
+            except UnicodeDecodeError:
+                self.raw, self.raw_encoding = base64.b64encode(raw).decode(), "base64"
+        else:
+            self.raw, self.raw_encoding = raw, None
+        claimed = _claimed(self.raw) if self.raw_encoding is None else {}
+        self.kind: str | None = _text(claimed.get("kind"))
+        self.job_id = _text(claimed.get("jobId"))
+        self.job_queue = _text(claimed.get("jobQueue"))
+        self.quota_share_name = _text(claimed.get("quotaShareName"))
+        at = claimed.get("at")
+        self.at = float(at) if isinstance(at, (int, float)) and not isinstance(at, bool) \
+            and math.isfinite(at) and at >= 0 else None
 
 
 def decode_command(data: bytes | str) -> Command:
-    raw = data.decode("utf-8", errors="replace") if isinstance(data, bytes) else data
+    """Validate one wire message.  Only the camelCase names are accepted on the wire."""
     try:
-        return COMMANDS.validate_json(data)
+        return COMMANDS.validate_json(data, by_alias=True, by_name=False)
     except ValidationError as error:
-        kind = _claimed_kind(raw)
-        raise DecodeError(_describe(error, kind), kind, raw) from None
+        failure = DecodeError("", data)
+        failure.reason = _describe(error, failure.kind, failure.raw)
+        failure.args = (failure.reason,)
+        raise failure from None
 
 
 def decode_fact(data: bytes | str) -> Fact:
@@ -55,17 +77,21 @@ def fact_schema() -> dict[str, Any]:
     return FACTS.json_schema(by_alias=True)
 
 
-def _claimed_kind(raw: str) -> str | None:
+def _claimed(raw: str) -> dict[str, Any]:
     try:
         value = json.loads(raw)
     except (ValueError, RecursionError):
-        return None
-    if isinstance(value, dict) and isinstance(value.get("kind"), str):
-        return value["kind"][:128]
-    return None
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
-def _describe(error: ValidationError, kind: str | None) -> str:
+def _text(value: Any) -> str | None:
+    return value[:256] if isinstance(value, str) else None
+
+
+def _describe(error: ValidationError, kind: str | None, raw: str) -> str:
+    if not raw.strip():
+        return "The line is empty; a command is one JSON object"
     problems = []
     for item in error.errors(include_url=False):
         if item["type"] == "union_tag_invalid":

@@ -50,6 +50,7 @@ class CommandRejected(Fact):
     job_queue: str | None = None
     quota_share_name: str | None = None
     raw: str | None = None  # the undecodable input, kept verbatim so nothing is lost
+    raw_encoding: Literal["base64"] | None = None  # set when the input was not UTF-8
 
 
 class ServiceEnvironmentCreated(Fact):

@@ -13,7 +13,7 @@ from typing import Annotated
 
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
-from events.base import Name, Wire
+from events.base import Name, NameOrArn, Wire
 
 
 class State(str, Enum):
@@ -191,7 +191,10 @@ class EvaluateOnExit(Wire):
     @field_validator("action", mode="before")
     @classmethod
     def _upper(cls, value: object) -> object:
-        return value.upper() if isinstance(value, str) else value
+        """AWS accepts `retry` and `exit` in any case."""
+        if isinstance(value, str) and value.upper() in RetryAction.__members__:
+            return RetryAction(value.upper())
+        return value
 
 
 class RetryStrategy(Wire):
@@ -205,7 +208,7 @@ class TimeoutConfig(Wire):
 
 class ServiceEnvironmentOrder(Wire):
     order: Annotated[int, Field(ge=0)]
-    service_environment: Name
+    service_environment: NameOrArn
 
 
 class TimeLimitAction(str, Enum):

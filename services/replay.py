@@ -11,16 +11,15 @@ from services.scheduler.core import State, step_raw
 
 
 def replay_lines(lines: Iterable[bytes | str], state: State | None = None) -> Iterator[Fact]:
-    """Facts of every command line, in order.  Line numbers (1-based) are the command seqs;
-    blank lines are skipped but still counted, so a fact points at its line."""
+    """Facts of every command line, in order.  Line numbers (1-based) are the command seqs,
+    so a fact points at its line; a line that is not a command (blank ones included) becomes
+    a CommandRejected, because nothing a caller sent may vanish silently."""
     state = state if state is not None else State()
     for number, line in enumerate(lines, start=1):
         if number % 16384 == 0:
             # The state is hundreds of thousands of long-lived objects; without this the
             # cyclic collector rescans them all, again and again, as the replay allocates.
             gc.freeze()
-        if not line.strip():
-            continue
         yield from step_raw(state, line.rstrip(b"\r\n" if isinstance(line, bytes) else "\r\n"), number)
 
 

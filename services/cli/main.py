@@ -254,6 +254,9 @@ def facts_check(file: Path) -> None:
     typer.echo("ok")
 
 
+from services.cli.aws import register; register(app)  # noqa: E402,E702  (the `aws batch` verbs, apply, facts)
+
+
 def main() -> None:
     app()
 

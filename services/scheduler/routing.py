@@ -11,7 +11,7 @@ from __future__ import annotations
 from events.codec import DecodeError, decode_command
 from events.facts import Fact
 from events.subjects import JOB_ID_COMMANDS, parse_command_subject, subject_for_command
-from services.scheduler.core import State, reject, step
+from services.scheduler.core import State, reject, reject_undecodable, step
 
 
 def decide_message(state: State, subject: str, data: bytes, seq: int, stamp: float) -> list[Fact]:
@@ -20,7 +20,7 @@ def decide_message(state: State, subject: str, data: bytes, seq: int, stamp: flo
     try:
         command = decode_command(data)
     except DecodeError as error:
-        return reject(state, error.kind or "Unknown", error.reason, seq, stamp, raw=error.raw)
+        return reject_undecodable(state, error, seq, stamp)
     if command.at is None:
         command = command.model_copy(update={"at": stamp})
     queue, share, kind = parse_command_subject(subject)

@@ -84,8 +84,18 @@ def step_raw(state: State, data: bytes | str, seq: int) -> list[F.Fact]:
     try:
         command = decode_command(data)
     except DecodeError as error:
-        return reject(state, error.kind or "Unknown", error.reason, seq, state.time, raw=error.raw)
+        return reject_undecodable(state, error, seq, state.time)
     return step(state, command, seq)
+
+
+def reject_undecodable(state: State, error: DecodeError, seq: int, stamp: float) -> list[F.Fact]:
+    """A message that is not a valid command: recorded with everything it claimed to be."""
+    return reject(
+        state, error.kind or "Unknown", error.reason, seq,
+        error.at if error.at is not None else stamp, raw=error.raw,
+        raw_encoding=error.raw_encoding, job_id=error.job_id, job_queue=error.job_queue,
+        quota_share_name=error.quota_share_name,
+    )  # fmt: skip
 
 
 def reject(state: State, kind: str, reason: str, seq: int, at: float, **names: str | None) -> list[F.Fact]:
