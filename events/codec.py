@@ -102,11 +102,11 @@ def _describe(error: ValidationError, kind: str | None, raw: str) -> str:
             return "The message has no 'kind' field naming the command"
         if item["type"] in ("json_invalid", "model_type", "model_attributes_type"):
             return f"The message is not a JSON object: {item['msg']}"
-        location = ".".join(str(part) for part in item["loc"][1:]) or "message"
+        location = ".".join(str(part) for part in item["loc"][1:])
         message = item["msg"].removeprefix("Value error, ")
         if item["type"] == "extra_forbidden":
             message = "is not a field of this command"
         elif item["type"] == "string_pattern_mismatch" and item["ctx"]["pattern"] == NAME_PATTERN:
             message = NAME_RULE
-        problems.append(f"{location}: {message}")
+        problems.append(f"{location}: {message}" if location else message)
     return f"Invalid {kind or 'command'}: " + "; ".join(problems)

@@ -12,6 +12,7 @@ import json
 from dataclasses import dataclass
 
 import nats
+import nats.errors
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.api import (
@@ -36,11 +37,27 @@ from services.settings import Settings, StreamOptions
 ATOMIC_BATCH_LIMIT = 1000  # nats-server refuses larger atomic batches (err_code 10199)
 
 
-async def connect(url: str, name: str) -> Client:
-    return await nats.connect(
-        url, name=name, max_reconnect_attempts=-1, reconnect_time_wait=0.5,
-        connect_timeout=5, allow_reconnect=True,
-    )  # fmt: skip
+class Unreachable(ConnectionError):
+    pass
+
+
+async def connect(url: str, name: str, timeout: float = 10.0) -> Client:
+    """Connect, failing with `Unreachable` after `timeout` if the server never answers.
+
+    Once connected, the client reconnects forever (a cluster node may restart under load);
+    only the first connection is bounded, so a wrong URL is reported instead of retried.
+    """
+
+    async def quiet(error: Exception) -> None:  # nats-py would print a traceback per retry
+        pass
+
+    try:
+        return await asyncio.wait_for(nats.connect(
+            url, name=name, max_reconnect_attempts=-1, reconnect_time_wait=0.5,
+            connect_timeout=2, allow_reconnect=True, error_cb=quiet,
+        ), timeout)  # fmt: skip
+    except (asyncio.TimeoutError, TimeoutError, OSError, nats.errors.NoServersError) as error:
+        raise Unreachable(f"cannot reach NATS at {url} ({type(error).__name__})") from None
 
 
 def _stream_config(name: str, subjects: list[str], options: StreamOptions, atomic: bool) -> StreamConfig:

@@ -103,7 +103,13 @@ class Bus:
                 remaining = deadline - loop.time()
                 if remaining <= 0:
                     raise TimeoutError(f"no decision for command {seq} within {timeout}s")
-                msg = await asyncio.wait_for(facts.get(), remaining)
+                try:
+                    msg = await asyncio.wait_for(facts.get(), remaining)
+                except (asyncio.TimeoutError, TimeoutError):
+                    raise TimeoutError(
+                        f"command {seq} was stored but no decision arrived within {timeout}s; "
+                        "is a scheduler running?"
+                    ) from None
                 fact = decode_fact(msg.data)
                 if fact.command_seq != seq:
                     if decided:

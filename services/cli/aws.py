@@ -23,13 +23,15 @@ Exit status (one rule for every verb; the AWS CLI uses 254 where we use 1):
      ClientException; the reason is on standard error;
   2  nothing reached the scheduler: bad syntax or invalid parameters (checked locally, nothing
      was published), or the NATS server / the scheduler could not be reached;
-  3  the command is stored but no decision arrived within --wait-timeout (it will still be
-     decided, in order, once a scheduler runs: see `quotasched facts`).
+  3  the outcome is not known yet: the command is stored but no decision arrived within
+     --wait-timeout (it will still be decided, in order, once a scheduler runs: see
+     `quotasched facts`), or JetStream did not acknowledge it in time.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import os
 import sys
@@ -44,7 +46,14 @@ from rich.console import Console
 from rich.table import Table
 from typer.core import TyperCommand
 
-from services.cli.shorthand import SHAPES, ShorthandError, expand_multi_value_args, load_file, parse_list_param, parse_param
+from services.cli.shorthand import (
+    SHAPES,
+    ShorthandError,
+    expand_multi_value_args,
+    load_file,
+    parse_list_param,
+    parse_param,
+)
 
 ARN = "arn:aws:batch:local:000000000000"  # as services.scheduler.api answers
 EXIT_REFUSED, EXIT_USAGE, EXIT_UNDECIDED = 1, 2, 3
@@ -85,7 +94,7 @@ class Output(str, Enum):
 
 NatsUrl = Annotated[Optional[str], typer.Option(
     "--nats-url", envvar="QUOTASCHED_NATS_URL", show_default=False,
-    help="NATS server of the scheduler [default: nats://127.0.0.1:4222].")]  # fmt: skip
+    help="NATS server of the scheduler (default: nats://127.0.0.1:4222).")]  # fmt: skip
 OutputOpt = Annotated[Output, typer.Option(
     "--output", envvar="QUOTASCHED_OUTPUT", case_sensitive=False,
     help="json (like the AWS CLI, indent 4) or table.")]  # fmt: skip
@@ -97,15 +106,32 @@ WaitTimeout = Annotated[float, typer.Option(
 
 
 def _verb(name: str, panel: str = PANEL_WRITE):
-    return cli.command(name, cls=AwsCommand, rich_help_panel=panel, epilog=EPILOG)
+    """Registers an AWS verb, its docstring as help with each paragraph on one line (Typer
+    keeps the docstring's line breaks inside paragraphs)."""
+
+    def decorate(function):
+        return cli.command(name, cls=AwsCommand, rich_help_panel=panel, epilog=EPILOG,
+                           help=_prose(function.__doc__))(function)  # fmt: skip
+
+    return decorate
+
+
+def _prose(doc: str | None) -> str:
+    paragraphs = inspect.cleandoc(doc or "").split("\n\n")
+    return "\n\n".join(" ".join(paragraph.split()) for paragraph in paragraphs)
 
 
 # -- running a verb: connection, errors, exit codes ------------------------------------------
 
 
 def _run(work: Callable[[], Awaitable[int | None]]) -> None:
+    from nats.errors import Error as NatsError
+
     try:
         code = asyncio.run(work())
+    except NatsError as error:  # e.g. the server went away mid-command
+        typer.echo(f"quotasched: NATS error: {error or type(error).__name__}", err=True)
+        raise typer.Exit(EXIT_USAGE) from None
     except Failure as failure:
         typer.echo(failure.message, err=True)
         raise typer.Exit(failure.code) from None
@@ -169,7 +195,7 @@ def _aws_error(operation: str, message: str) -> str:
 
 def _no_scheduler(url: str) -> Failure:
     return Failure(f"quotasched: no scheduler answered on {url}; start one with "
-                   f"`quotasched scheduler --nats-url {url}` (or `quotasched up`)", EXIT_USAGE)  # fmt: skip
+                   f"`quotasched scheduler --nats-url {url}` (or `quotasched up`)", EXIT_USAGE)
 
 
 def _no_streams(url: str) -> Failure:
@@ -212,7 +238,9 @@ async def _publish(bus, command: dict[str, Any], route: tuple | None = None) -> 
     except NoStreamResponseError:
         raise _no_streams(bus.url) from None
     except TimeoutError:
-        raise _no_streams(bus.url) from None
+        raise Failure(f"quotasched: JetStream at {bus.url} did not acknowledge the command in "
+                      f"time; it may or may not be stored (see `quotasched facts`)",
+                      EXIT_UNDECIDED) from None  # fmt: skip
 
 
 async def _decide(bus, operation: str, command: dict[str, Any], timeout: float,
@@ -227,7 +255,8 @@ async def _decide(bus, operation: str, command: dict[str, Any], timeout: float,
     except NotFoundError:
         raise _no_streams(bus.url) from None
     except TimeoutError as error:
-        raise Failure(f"quotasched: {operation}: {error or 'no decision in time'}; the command "
+        reason = str(error) or f"no decision within {timeout:g}s"
+        raise Failure(f"quotasched: {operation}: {reason}; the command "
                       f"is stored and will be decided once a scheduler runs (see `quotasched "
                       f"facts`)", EXIT_UNDECIDED) from None  # fmt: skip
     for fact in facts:
@@ -248,20 +277,18 @@ async def _write(url: str | None, operation: str, build: Callable[[], tuple[dict
     wait), print.  `build` returns the command and the AWS-shaped response."""
     command, response = build()
     command = _checked(operation, command)
-    route = None
     async with _session(url) as bus:
-        if wait:
-            facts = await _decide(bus, operation, command, timeout, route)
-            response = {**response, "commandSeq": facts[0].command_seq,
-                        "facts": _fact_documents(facts)}  # fmt: skip
-        else:
-            response = {**response, "commandSeq": await _publish(bus, command, route)}
+        response = await _send(bus, operation, command, response, wait, timeout)
     _emit(response, output)
 
 
-async def _job_route(bus, operation: str, job_id: str) -> dict[str, Any]:
-    """The job's description: its (queue, share) route and its name for the response."""
-    return await _ask(bus, operation, "describe-service-job", jobId=job_id)
+async def _send(bus, operation: str, command: dict[str, Any], response: dict[str, Any],
+                wait: bool, timeout: float, route: tuple | None = None) -> dict[str, Any]:
+    """Publishes; the response gains `commandSeq`, and with `wait` the decision's facts."""
+    if not wait:
+        return {**response, "commandSeq": await _publish(bus, command, route)}
+    facts = await _decide(bus, operation, command, timeout, route)
+    return {**response, "commandSeq": facts[0].command_seq, "facts": _fact_documents(facts)}
 
 
 def _name(value: str) -> str:
@@ -306,13 +333,21 @@ def _emit(document: dict[str, Any], output: Output,
     if output is Output.json:
         typer.echo(json.dumps(document, indent=4, ensure_ascii=False))
         return
-    console = Console()
-    (render or _render_fields)(console, document)
+    # A table piped to a file or a pager is still read by a person: don't squeeze it to 80.
+    wide = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 160
+    (render or _render_fields)(Console(width=wide), document)
+
+
+def _table(*headers: str, title: str | None = None, show_header: bool = True) -> Table:
+    table = Table(title=title, show_header=show_header)
+    for header in headers:
+        table.add_column(header, overflow="fold")
+    return table
 
 
 def _render_fields(console: Console, document: dict[str, Any], title: str | None = None) -> None:
     facts = document.get("facts")
-    table = Table("field", "value", title=title, show_header=False)
+    table = _table("field", "value", title=title, show_header=False)
     for key, value in document.items():
         if key != "facts":
             table.add_row(key, _cell(key, value))
@@ -322,11 +357,11 @@ def _render_fields(console: Console, document: dict[str, Any], title: str | None
 
 
 def _render_facts(console: Console, facts: list[dict[str, Any]]) -> None:
-    table = Table("seq", "kind", "jobId", "details", title="Decision")
+    table = _table("seq", "kind", "jobId", "details", title="Decision")
     for fact in facts:
         rest = {k: v for k, v in fact.items() if k not in ("kind", "at", "commandSeq", "jobId")}
         table.add_row(str(fact["commandSeq"]), fact["kind"], fact.get("jobId") or "",
-                      _cell("", {k: v for k, v in rest.items() if v not in (None, [], {})}))  # fmt: skip
+                      _cell("", {k: v for k, v in rest.items() if v not in (None, [], {})}))
     console.print(table)
 
 
@@ -335,7 +370,7 @@ def _render_items(console: Console, items: list[dict[str, Any]], title: str,
     if columns is None:
         keys = list(dict.fromkeys(key for item in items for key in item))
         columns = [(key, key) for key in keys]
-    table = Table(*(header for header, _ in columns), title=title)
+    table = _table(*(header for header, _ in columns), title=title)
     for item in items:
         table.add_row(*(_cell(key, item.get(key)) for _, key in columns))
     console.print(table)
@@ -347,7 +382,7 @@ def _cell(key: str, value: Any) -> str:
         return ""
     if isinstance(value, bool):
         return "yes" if value else "no"
-    if isinstance(value, int) and key.endswith("At"):
+    if isinstance(value, int) and (key.endswith("At") or key == "earliestTimeAtPosition"):
         return datetime.fromtimestamp(value / 1000, tz=timezone.utc).isoformat(timespec="seconds")
     if isinstance(value, float):
         return str(int(value)) if value.is_integer() else str(value)
@@ -357,7 +392,7 @@ def _cell(key: str, value: Any) -> str:
                              f"{item['capacityUnit']}" for item in value)  # fmt: skip
         return ", ".join(_cell(key, item) for item in value)
     if isinstance(value, dict):
-        return ", ".join(f"{k}={_cell(k, v)}" for k, v in value.items())
+        return ", ".join(f"{k}={_cell(k, v)}" for k, v in value.items() if v is not None)
     return str(value)
 
 
@@ -372,18 +407,18 @@ SHARE_COLUMNS = [("quota share", "quotaShareName"), ("state", "state"),
 
 def _render_snapshot(console: Console, snapshot: dict[str, Any]) -> None:
     usage = snapshot["queueUtilization"]
-    table = Table("quota share", "in use", title="Queue utilization")
+    table = _table("quota share", "in use", title="Queue utilization")
     table.add_row("(total)", _cell("", usage["totalCapacityUsage"]) or "-")
     for item in usage["quotaShareUtilization"]["topCapacityUtilization"]:
         table.add_row(item["quotaShareName"], _cell("", item["capacityUsage"]))
     console.print(table)
-    fronts = Table("quota share", "first RUNNABLE job", "since", title="Front of quota shares")
+    fronts = _table("quota share", "first RUNNABLE job", "since", title="Front of quota shares")
     for share, jobs in snapshot["frontOfQuotaShares"]["quotaShares"].items():
         head = jobs[0] if jobs else {}
         fronts.add_row(share, _name(head.get("jobArn", "")) or "-",
-                       _cell("earliestTimeAtPosition", head.get("earliestTimeAtPosition")))  # fmt: skip
+                       _cell("earliestTimeAtPosition", head.get("earliestTimeAtPosition")))
     console.print(fronts)
-    queue = Table("#", "job", "since", title="Front of queue")
+    queue = _table("#", "job", "since", title="Front of queue")
     for position, job in enumerate(snapshot["frontOfQueue"]["jobs"], start=1):
         queue.add_row(str(position), _name(job["jobArn"]),
                       _cell("earliestTimeAtPosition", job["earliestTimeAtPosition"]))  # fmt: skip
@@ -428,7 +463,7 @@ def create_service_environment(
                  "state": state, "serviceEnvironmentType": service_environment_type,
                  "tags": _one("--tags", tags, "tags")},
                 {"serviceEnvironmentName": service_environment_name,
-                 "serviceEnvironmentArn": f"{ARN}:service-environment/{service_environment_name}"})  # fmt: skip
+                 "serviceEnvironmentArn": f"{ARN}:service-environment/{service_environment_name}"})
 
     _run(lambda: _write(nats_url, "CreateServiceEnvironment", build, wait, wait_timeout, output))
 
@@ -481,7 +516,7 @@ TimeLimitActions = Annotated[Optional[list[str]], typer.Option(
     help="reason=CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY,state=RUNNABLE,maxTimeSeconds=600,"
          "action=TERMINATE (several space-separated, or JSON).")]  # fmt: skip
 PriorityOpt = Annotated[Optional[int], typer.Option(
-    "--priority", help="0-1000 (no effect on quota-share queues).", show_default=False)]  # fmt: skip
+    "--priority", help="0-1000 (no effect on quota-share queues).", show_default=False)]
 
 
 @_verb("create-job-queue")
@@ -554,7 +589,7 @@ ShareName = Annotated[Optional[str], typer.Option(
     "--quota-share-name", help="With --job-queue.", show_default=False)]  # fmt: skip
 Sharing = Annotated[Optional[str], typer.Option(
     "--resource-sharing-configuration", show_default=False,
-    help="strategy=RESERVE|LEND|LEND_AND_BORROW[,borrowLimit=<percent, -1 unlimited>]")]  # fmt: skip
+    help="strategy=RESERVE|LEND|LEND_AND_BORROW[,borrowLimit=<percent, -1 unlimited>]")]
 SharePreemption = Annotated[Optional[str], typer.Option(
     "--preemption-configuration", show_default=False,
     help="inSharePreemption=ENABLED|DISABLED")]  # fmt: skip
@@ -683,7 +718,7 @@ def describe_quota_share(
 @_verb("describe-service-environments", PANEL_READ)
 def describe_service_environments(
     service_environments: Annotated[Optional[list[str]], typer.Option(
-        "--service-environments", help="Only these (names or ARNs).", show_default=False)] = None,  # fmt: skip
+        "--service-environments", help="Only these (names or ARNs).", show_default=False)] = None,
     output: OutputOpt = Output.json,
     nats_url: NatsUrl = None,
 ) -> None:
@@ -694,7 +729,7 @@ def describe_service_environments(
         async with _session(nats_url) as bus:
             answer = await _ask(bus, "DescribeServiceEnvironments", "describe-service-environments")
         answer["serviceEnvironments"] = [env for env in answer["serviceEnvironments"]
-                                         if not wanted or env["serviceEnvironmentName"] in wanted]  # fmt: skip
+                                         if not wanted or env["serviceEnvironmentName"] in wanted]
         _emit(answer, output, lambda console, doc: _render_items(
             console, doc["serviceEnvironments"], "Service environments"))
 
@@ -704,7 +739,7 @@ def describe_service_environments(
 @_verb("describe-job-queues", PANEL_READ)
 def describe_job_queues(
     job_queues: Annotated[Optional[list[str]], typer.Option(
-        "--job-queues", help="Only these (names or ARNs).", show_default=False)] = None,  # fmt: skip
+        "--job-queues", help="Only these (names or ARNs).", show_default=False)] = None,
     output: OutputOpt = Output.json,
     nats_url: NatsUrl = None,
 ) -> None:
@@ -739,13 +774,13 @@ def submit_service_job(
         help="Shortcut instead of a payload: the instance type needed...")] = None,  # fmt: skip
     instance_count: Annotated[Optional[int], typer.Option(
         "--instance-count", min=1, show_default=False,
-        help="...and how many of them [default: 1].")] = None,  # fmt: skip
+        help="...and how many of them (default 1).")] = None,  # fmt: skip
     capacity_usage: Annotated[Optional[list[str]], typer.Option(
         "--capacity-usage", show_default=False,
         help="Or the need itself: capacityUnit=ml.g5.xlarge,quantity=2 (several "
              "space-separated).")] = None,  # fmt: skip
     scheduling_priority: Annotated[Optional[int], typer.Option(
-        "--scheduling-priority", help="0-9999, higher first [default: 0].",
+        "--scheduling-priority", help="0-9999, higher first (default 0).",
         show_default=False)] = None,  # fmt: skip
     preemption_configuration: Annotated[Optional[str], typer.Option(
         "--preemption-configuration", help="preemptionRetriesBeforeTermination=N",
@@ -753,7 +788,7 @@ def submit_service_job(
     retry_strategy: Annotated[Optional[str], typer.Option(
         "--retry-strategy", help="attempts=N (1-10)", show_default=False)] = None,  # fmt: skip
     timeout_config: Annotated[Optional[str], typer.Option(
-        "--timeout-config", help="attemptDurationSeconds=N", show_default=False)] = None,  # fmt: skip
+        "--timeout-config", help="attemptDurationSeconds=N", show_default=False)] = None,
     tags: Tags = None,
     client_token: Annotated[Optional[str], typer.Option(
         "--client-token", help="Idempotency token: a repeat returns the same job.",
@@ -765,11 +800,11 @@ def submit_service_job(
         "--service-job-type", help="SAGEMAKER_TRAINING (the only type).",
         show_default=False)] = None,  # fmt: skip
     share_identifier: Annotated[Optional[str], typer.Option(
-        "--share-identifier", help="Fair-share queues only: refused here.", hidden=True)] = None,  # fmt: skip
+        "--share-identifier", help="Fair-share queues only: refused here.", hidden=True)] = None,
     wait: Annotated[Optional[bool], typer.Option(
         "--wait/--no-wait", show_default=False,
         help="--wait: also print the decision's facts.  --no-wait: return once the command "
-             "is stored (needs --job-id).  [default: wait for the decision, print the id]")] = None,  # fmt: skip
+             "is stored (needs --job-id).  Neither: wait for the decision, print the id.")] = None,
     wait_timeout: WaitTimeout = 30.0, output: OutputOpt = Output.json,
     nats_url: NatsUrl = None,
 ) -> None:
@@ -831,7 +866,7 @@ def _need(payload: str | None, instance_type: str | None, instance_count: int | 
     if len(given) != 1:
         raise Failure("submit-service-job: give the capacity the job needs with exactly one of "
                       "--service-request-payload, --instance-type [--instance-count] or "
-                      f"--capacity-usage (got {', '.join(given) or 'none'})", EXIT_USAGE)  # fmt: skip
+                      f"--capacity-usage (got {', '.join(given) or 'none'})", EXIT_USAGE)
     if payload:
         return {"serviceRequestPayload": load_file("--service-request-payload", payload)}
     if instance_type:
@@ -850,13 +885,7 @@ async def _job_write(url: str | None, operation: str, command: dict[str, Any],
         job = await _ask(bus, operation, "describe-service-job", jobId=command["jobId"])
         route = (job["jobQueue"], job["quotaShareName"])
         command = {**command, "jobId": job["jobId"]}
-        response = respond(job)
-        if wait:
-            facts = await _decide(bus, operation, command, timeout, route)
-            response = {**response, "commandSeq": facts[0].command_seq,
-                        "facts": _fact_documents(facts)}  # fmt: skip
-        else:
-            response = {**response, "commandSeq": await _publish(bus, command, route)}
+        response = await _send(bus, operation, command, respond(job), wait, timeout, route)
     _emit(response, output)
 
 
@@ -905,17 +934,22 @@ def describe_service_job(
     _run(work)
 
 
+FILTER_NAMES = ("JOB_NAME", "BEFORE_CREATED_AT", "AFTER_CREATED_AT", "SHARE_IDENTIFIER",
+                "QUOTA_SHARE_NAME")  # fmt: skip
+
+
 @_verb("list-service-jobs", PANEL_READ)
 def list_service_jobs(
     job_queue: Annotated[str, typer.Option("--job-queue", help="Name or ARN.")],
     job_status: Annotated[Optional[str], typer.Option(
         "--job-status", show_default=False,
         help="RUNNABLE, SCHEDULED, STARTING, RUNNING, SUCCEEDED, FAILED (or ALL) "
-             "[default: RUNNING, as AWS].")] = None,  # fmt: skip
+             "(default RUNNING, as AWS).")] = None,  # fmt: skip
     filters: Annotated[Optional[list[str]], typer.Option(
         "--filters", show_default=False,
         help="name=QUOTA_SHARE_NAME,values=qs1 (kept with --job-status) or "
-             "name=JOB_NAME,values=train-* (ignores --job-status); several space-separated.")] = None,  # fmt: skip
+             "name=JOB_NAME,values=train-* (ignores --job-status); several "
+             "space-separated.")] = None,
     max_results: Annotated[Optional[int], typer.Option("--max-results", min=1, max=100,
                                                        show_default=False)] = None,  # fmt: skip
     output: OutputOpt = Output.json,
@@ -925,9 +959,13 @@ def list_service_jobs(
 
     async def work():
         parsed = _many("--filters", filters, "filters")
+        for item in parsed or []:
+            if not isinstance(item, dict) or item.get("name") not in FILTER_NAMES:
+                raise Failure(f"Error parsing parameter '--filters': each filter needs a name, "
+                              f"one of {', '.join(FILTER_NAMES)}; got {item!r}", EXIT_USAGE)
         async with _session(nats_url) as bus:
             answer = await _ask(bus, "ListServiceJobs", "list-service-jobs", jobQueue=job_queue,
-                                jobStatus=job_status, filters=parsed, maxResults=max_results)  # fmt: skip
+                                jobStatus=job_status, filters=parsed, maxResults=max_results)
         _emit(answer, output, lambda console, doc: _render_items(
             console, doc["jobSummaryList"], f"Jobs in {_name(job_queue)}", JOB_COLUMNS))
 
@@ -973,7 +1011,7 @@ class _Decisions:
         try:
             await bus.js.subscribe("qm.fact.>", cb=self._on_fact, ordered_consumer=True,
                                    stream=FACTS_STREAM,
-                                   config=ConsumerConfig(deliver_policy=DeliverPolicy.NEW))  # fmt: skip
+                                   config=ConsumerConfig(deliver_policy=DeliverPolicy.NEW))
         except NotFoundError:
             raise _no_streams(bus.url) from None
 
@@ -988,7 +1026,7 @@ class _Decisions:
         self.changed.set()
 
     def decided(self, seq: int) -> bool:
-        return len(self.facts.get(seq, ())) >= self.expected.get(seq, 1) and seq in self.facts
+        return seq in self.facts and len(self.facts[seq]) >= self.expected[seq]
 
     async def wait(self, seqs: list[int], timeout: float) -> list[int]:
         """Waits until every one of `seqs` is decided; returns those still undecided."""
@@ -1025,19 +1063,21 @@ def _read_lines(path: str) -> list[_Line]:
     try:
         data = sys.stdin.buffer.read() if path == "-" else open(path, "rb").read()
     except OSError as error:
-        raise Failure(f"quotasched apply: cannot read {path}: {error.strerror}", EXIT_USAGE) from None
+        raise Failure(f"quotasched apply: cannot read {path}: {error.strerror}",
+                      EXIT_USAGE) from None
     return [_Line(number, line.rstrip(b"\r")) for number, line in
             enumerate(data.split(b"\n"), start=1) if line.strip()]  # fmt: skip
 
 
-@cli.command("apply", rich_help_panel=PANEL_LOG, epilog=EPILOG)
+@_verb("apply", PANEL_LOG)
 def apply(
     file: Annotated[str, typer.Argument(
         help="Command file: JSON Lines, the format `quotasched replay` reads ('-': stdin).")],
     wait: Annotated[bool, typer.Option(
         "--wait", help="Wait for every decision; exit 1 if any command was refused.")] = False,
     wait_timeout: Annotated[float, typer.Option(
-        "--wait-timeout", min=0.1, help="Seconds to wait for all decisions (exit 3 after).")] = 60.0,
+        "--wait-timeout", min=0.1,
+        help="Seconds to wait for all decisions (exit 3 after).")] = 60.0,
     keep_invalid: Annotated[bool, typer.Option(
         "--keep-invalid", help="Publish lines that are not valid commands too; the scheduler "
                                "records each as a CommandRejected, as replay does.")] = False,
@@ -1059,7 +1099,7 @@ def apply(
         for line in invalid:
             typer.echo(f"{file}:{line.number}: {line.problem}", err=True)
         typer.echo(f"quotasched apply: {len(invalid)} invalid line(s); nothing was published "
-                   f"(--keep-invalid publishes them to be recorded as refused)", err=True)  # fmt: skip
+                   f"(--keep-invalid publishes them to be recorded as refused)", err=True)
         raise typer.Exit(EXIT_USAGE)
     _run(lambda: _apply(file, lines, wait, wait_timeout, nats_url))
 
@@ -1073,7 +1113,13 @@ async def _apply(path: str, lines: list[_Line], wait: bool, timeout: float,
         derived: list[int] = []  # seqs of submissions whose job id the scheduler derives
         published: list[tuple[_Line, int]] = []
         for line in lines:
-            seq = await _publish_line(bus, line, file_routes, derived, decisions, timeout)
+            try:
+                seq = await _publish_line(bus, line, file_routes, derived, decisions, timeout)
+            except Failure as failure:
+                raise Failure(f"{failure.message}\nquotasched apply: stopped at {path}:"
+                              f"{line.number}; {len(published)} earlier line(s) were published"
+                              f"{_seq_range(published)}, this one and the rest were not",
+                              failure.code) from None  # fmt: skip
             published.append((line, seq))
             command = line.command
             if command is not None and command.kind == "SubmitServiceJob":
@@ -1081,9 +1127,9 @@ async def _apply(path: str, lines: list[_Line], wait: bool, timeout: float,
                     file_routes[command.job_id] = (command.job_queue, command.quota_share_name)
                 else:
                     derived.append(seq)
-        summary = f"applied {len(published)} commands from {path} to {bus.url}"
-        if published:
-            summary += f" (command seq {published[0][1]}-{published[-1][1]})"
+        count = len(published)
+        summary = (f"applied {count} command{'' if count == 1 else 's'} from {path} to "
+                   f"{bus.url}{_seq_range(published)}")  # fmt: skip
         if not wait:
             typer.echo(summary)
             return 0
@@ -1092,8 +1138,15 @@ async def _apply(path: str, lines: list[_Line], wait: bool, timeout: float,
     return _report(path, published, awaited, undecided, decisions, summary, timeout)
 
 
+def _seq_range(published: list[tuple[_Line, int]]) -> str:
+    if not published:
+        return ""
+    first, last = published[0][1], published[-1][1]
+    return f" (command seq {first})" if first == last else f" (command seq {first}-{last})"
+
+
 def _report(path: str, published: list[tuple[_Line, int]], awaited: list[int],
-            undecided: list[int], decisions: _Decisions, summary: str, timeout: float) -> int:  # fmt: skip
+            undecided: list[int], decisions: _Decisions, summary: str, timeout: float) -> int:
     refused = [(line, fact) for line, seq in published for fact in decisions.facts.get(seq, [])
                if fact.kind == "CommandRejected"]  # fmt: skip
     for line, fact in refused:
@@ -1117,7 +1170,8 @@ async def _publish_line(bus, line: _Line, file_routes: dict, derived: list[int],
 
     command = line.command
     if command is None:  # --keep-invalid: the scheduler records it as refused
-        kind = line.kind if line.kind and re.fullmatch(r"[A-Za-z0-9_-]{1,64}", line.kind) else "Unknown"
+        token_ok = line.kind and re.fullmatch(r"[A-Za-z0-9_-]{1,64}", line.kind)
+        kind = line.kind if token_ok else "Unknown"
         ack = await bus.js.publish(command_subject(kind), line.raw, stream=COMMANDS_STREAM)
         return ack.seq
     route = None
@@ -1148,7 +1202,7 @@ async def _route_of(bus, job_id: str, derived: list[int], decisions: _Decisions,
         raise _no_scheduler(bus.url) from None
 
 
-@cli.command("facts", rich_help_panel=PANEL_LOG, epilog=EPILOG)
+@_verb("facts", PANEL_LOG)
 def facts(
     follow: Annotated[bool, typer.Option(
         "--follow", "-f", help="Keep printing new facts as they are recorded.")] = False,
@@ -1173,23 +1227,46 @@ def facts(
 
 
 async def _print_facts(url: str | None, follow: bool, job_queue: str | None,
-                       share: str | None) -> None:  # fmt: skip
-    from nats.js.errors import NotFoundError
+                       share: str | None) -> int | None:  # fmt: skip
+    """Copies the log to stdout; Ctrl-C (or SIGTERM) ends a --follow cleanly, exit 130."""
+    import signal
 
     from events.subjects import facts_filter
-    from services.scheduler.log import read_log
 
     subject = facts_filter(_name(job_queue) if job_queue else None, share)
-    out = sys.stdout
     async with _session(url, reconnect_forever=follow) as bus:
+        reader = asyncio.create_task(_copy_facts(bus, subject, follow))
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, reader.cancel)
         try:
-            async for _, data, _ in read_log(bus.js, subject, follow=follow):
+            await reader
+        except asyncio.CancelledError:
+            return 130
+        finally:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(sig)
+            sys.stdout.flush()
+    return None
+
+
+async def _copy_facts(bus, subject: str, follow: bool) -> None:
+    from contextlib import aclosing
+
+    from nats.js.errors import NotFoundError
+
+    from services.scheduler.log import read_log
+
+    out = sys.stdout
+    try:
+        # aclosing: the consumer is removed here, while the connection is still open
+        async with aclosing(read_log(bus.js, subject, follow=follow)) as log:
+            async for _, data, _ in log:
                 out.write(_canonical(data) + "\n")
                 if follow:
                     out.flush()
-        except NotFoundError:
-            raise _no_streams(bus.url) from None
-    out.flush()
+    except NotFoundError:
+        raise _no_streams(bus.url) from None
 
 
 def _canonical(data: bytes) -> str:

@@ -254,7 +254,7 @@ def facts_check(file: Path) -> None:
     typer.echo("ok")
 
 
-from services.cli.aws import register; register(app)  # noqa: E402,E702  (the `aws batch` verbs, apply, facts)
+from services.cli.aws import register; register(app)  # noqa: E402,E702  (aws verbs, apply, facts)
 
 
 def main() -> None:

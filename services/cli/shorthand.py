@@ -107,7 +107,7 @@ def parse_param(option: str, text: str, shape: Shape,
 
 
 def parse_list_param(option: str, values: list[str] | None, shape: ListOf,
-                     read_file: Callable[[str], str] | None = None) -> list[Any] | None:  # fmt: skip
+                     read_file: Callable[[str], str] | None = None) -> list[Any] | None:
     """A list option given once or more (`--x a=1 --x a=2`, or `--x a=1 a=2` once the CLI has
     expanded it): the items of every value, in order.  None when never given."""
     if not values:
@@ -221,7 +221,6 @@ class _Parser:
             self.pos = match.end()
             self.expect("=")
             if key in result:
-                self.pos = match.start(1)
                 raise ShorthandError(f"Error parsing parameter '{self.option}': "
                                      f"key {key!r} is given twice")  # fmt: skip
             result[key] = self.values(closer)
@@ -293,7 +292,8 @@ class _Parser:
         out = []
         while self.pos < len(self.text):
             char = self.text[self.pos]
-            if char == "\\" and self.pos + 1 < len(self.text) and self.text[self.pos + 1] in (quote, "\\"):
+            escaped = self.text[self.pos + 1:self.pos + 2]
+            if char == "\\" and escaped in (quote, "\\"):
                 out.append(self.text[self.pos + 1])
                 self.pos += 2
                 continue

@@ -77,6 +77,14 @@ def list_service_jobs(state: State, request: dict) -> dict[str, Any]:
         raise ApiError(f"Job queue {queue} does not exist")
     status = request.get("jobStatus") or "RUNNING"
     filters = {item["name"]: item.get("values", []) for item in request.get("filters") or []}
+    unknown = set(filters) - {"QUOTA_SHARE_NAME", "JOB_NAME", "BEFORE_CREATED_AT", "AFTER_CREATED_AT"}
+    if "SHARE_IDENTIFIER" in unknown:
+        raise ApiError("SHARE_IDENTIFIER filters fair-share queues; use QUOTA_SHARE_NAME")
+    if unknown:
+        raise ApiError(f"Unknown filter {sorted(unknown)[0]}; expected QUOTA_SHARE_NAME, "
+                       "JOB_NAME, BEFORE_CREATED_AT or AFTER_CREATED_AT")  # fmt: skip
+    before = _created_bound(filters.get("BEFORE_CREATED_AT"))
+    after = _created_bound(filters.get("AFTER_CREATED_AT"))
     share_names = set(filters.get("QUOTA_SHARE_NAME", []))
     name_patterns = filters.get("JOB_NAME", [])
     use_status = not name_patterns
@@ -91,10 +99,23 @@ def list_service_jobs(state: State, request: dict) -> dict[str, Any]:
             continue
         if name_patterns and not any(_name_matches(job.job_name, p) for p in name_patterns):
             continue
+        created = _ms(job.created_at)
+        if (before is not None and created >= before) or (after is not None and created <= after):
+            continue
         jobs.append(_job_summary(job))
         if len(jobs) >= limit:
             break
     return {"jobSummaryList": jobs}
+
+
+def _created_bound(values: list | None) -> int | None:
+    """AWS takes the creation-time bound as epoch milliseconds in the filter's values."""
+    if not values:
+        return None
+    try:
+        return int(values[0])
+    except (TypeError, ValueError):
+        raise ApiError(f"created-at filters take epoch milliseconds, not {values[0]!r}") from None
 
 
 def _name_matches(name: str, pattern: str) -> bool:
