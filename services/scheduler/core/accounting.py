@@ -94,18 +94,21 @@ def borrowed_by(share: Share, need: Need) -> list[tuple[str, int]]:
 
 
 class Scratch:
-    """Usage of one queue as if some dispatched jobs were gone, for the units of one need."""
+    """Usage of one queue as if some dispatched jobs were gone.
+
+    Only what a removal changed is stored here; everything else is read through from the
+    queue, so a Scratch with nothing removed (the live check) costs one small allocation.
+    """
 
     __slots__ = ("environment", "queue", "usage", "total", "borrowed", "idle")
 
-    def __init__(self, environment: Environment, queue: Queue, need: Need):
+    def __init__(self, environment: Environment, queue: Queue, need: Need = ()):
         self.environment = environment
         self.queue = queue
         self.usage: dict[tuple[str, str], int] = {}
-        units = [unit for unit, _ in need]
-        self.total = {unit: queue.usage.get(unit, 0) for unit in units}
-        self.borrowed = {unit: queue.borrowed.get(unit, 0) for unit in units}
-        self.idle = {unit: queue.idle.get(unit, 0) for unit in units}
+        self.total: dict[str, int] = {}
+        self.borrowed: dict[str, int] = {}
+        self.idle: dict[str, int] = {}
 
     def used(self, share: Share, unit: str) -> int:
         return self.usage.get((share.name, unit), share.usage.get(unit, 0))
@@ -114,18 +117,18 @@ class Scratch:
         return any(self.used(share, unit) > share.limits.get(unit, 0) for unit in units)
 
     def move(self, job: Job, share: Share, sign: int) -> None:
-        """Remove (-1) or restore (+1) a dispatched job, for the units this scratch tracks."""
+        """Remove (-1) or restore (+1) a dispatched job."""
+        queue = self.queue
         for unit, quantity in job.need:
-            if unit not in self.total:
-                continue
             before = self.used(share, unit)
             after = before + sign * quantity
             bor_before, idle_before = contribution(share, unit, before)
             bor_after, idle_after = contribution(share, unit, after)
             self.usage[(share.name, unit)] = after
-            self.total[unit] += sign * quantity
-            self.borrowed[unit] += bor_after - bor_before
-            self.idle[unit] += idle_after - idle_before
+            self.total[unit] = self.total.get(unit, queue.usage.get(unit, 0)) + sign * quantity
+            self.borrowed[unit] = (self.borrowed.get(unit, queue.borrowed.get(unit, 0))
+                                   + bor_after - bor_before)  # fmt: skip
+            self.idle[unit] = self.idle.get(unit, queue.idle.get(unit, 0)) + idle_after - idle_before
 
     def fits(self, share: Share, need: Need) -> bool:
         """Can `share` dispatch a job needing `need` now?  Every rule of dispatch, per unit:
@@ -139,7 +142,8 @@ class Scratch:
         capacity = self.environment.capacity
         for unit, quantity in need:
             cap = capacity.get(unit)
-            if cap is None or self.total[unit] + quantity > cap:
+            queue = self.queue
+            if cap is None or self.total.get(unit, queue.usage.get(unit, 0)) + quantity > cap:
                 return False
             used = self.used(share, unit)
             limit = share.limits.get(unit, 0)
@@ -152,7 +156,8 @@ class Scratch:
                 ceiling = share.borrow_ceiling(unit)
                 if ceiling is not None and used + quantity > limit + ceiling:
                     return False
-            slack = self.idle[unit] - self.borrowed[unit]
+            slack = (self.idle.get(unit, queue.idle.get(unit, 0))
+                     - self.borrowed.get(unit, queue.borrowed.get(unit, 0)))  # fmt: skip
             slack_after = slack - borrowing - (idle_before - idle_after)
             if slack_after < 0 and slack_after < slack:
                 return False

@@ -69,6 +69,10 @@ def step(state: State, command: C.Command, seq: int) -> list[F.Fact]:
         ))  # fmt: skip
     schedule(round_)
     if at > state.time:
+        # Ruling 9 counts time from the previous *command*, silent ones (an idle Tick)
+        # included.  Such a command leaves no fact, so until the next fact records a time
+        # the fold of the log may lag the live clock; every later fact carries the clamped
+        # time, and the command stream (kept for audits) has the silent command itself.
         state.set_time(at)
     return round_.facts
 

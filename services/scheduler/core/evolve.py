@@ -61,6 +61,7 @@ def _environment(state: State, fact) -> None:
     environment.state = fact.state
     environment.config = fact
     if environment.queue is not None:
+        state.new_epoch(state.queues[environment.queue])
         state.mark_dirty(state.queues[environment.queue])
 
 
@@ -88,6 +89,7 @@ def _queue(state: State, fact) -> None:
         action.reason.value: action.max_time_seconds for action in fact.job_state_time_limit_actions
     }
     queue.config = fact
+    state.new_epoch(queue)
 
 
 @_case(F.QuotaShareCreated)
@@ -107,6 +109,7 @@ def _share(state: State, fact) -> None:
     share.state = fact.state
     share.config = fact
     recompute_totals(state, queue)
+    state.new_epoch(queue)
     state.mark_dirty(queue)
 
 
@@ -114,8 +117,8 @@ def _share(state: State, fact) -> None:
 def _share_deleted(state: State, fact: F.QuotaShareDeleted) -> None:
     queue = state.queues[fact.job_queue]
     state.drop(queue.shares, fact.quota_share_name)
-    state.drop(state.blocked, (queue.name, fact.quota_share_name))
     recompute_totals(state, queue)
+    state.new_epoch(queue)
     state.mark_clean(queue, fact.quota_share_name)
     state.mark_dirty(queue)
 
@@ -172,7 +175,7 @@ def _dispatched(state: State, fact: F.JobDispatched) -> None:
     job.reason_since = None
     state.put(share.dispatched, job.job_id, job)
     add_usage(state, queue, share, job.need, +1)
-    state.drop(state.blocked, (queue.name, share.name))
+    state.drop(state.blocked, job.job_id)
     if job.attempt_timeout_s is not None:
         entry = (fact.at + job.attempt_timeout_s, job.job_id, job.attempt)
         state.push(state.timeouts, entry)  # validated when it comes due, like heap entries
@@ -207,6 +210,7 @@ def _status(state: State, fact: F.JobStatusChanged) -> None:
     job.status = fact.status
     job.status_reason = fact.status_reason
     job.is_terminated = job.is_terminated or fact.is_terminated
+    state.drop(state.blocked, job.job_id)
     if fact.status is JobStatus.RUNNABLE:
         job.reason_code = None
         job.reason_since = None
@@ -215,11 +219,10 @@ def _status(state: State, fact: F.JobStatusChanged) -> None:
         elif fact.cause is StatusCause.CAPACITY_BOUNCE:
             job.reason_code = "CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY"
             job.reason_since = fact.at
-            state.put(state.blocked, (job.queue, job.share), job.job_id)  # for time limits
+            state.put(state.blocked, job.job_id, (job.queue, job.share))  # for time limits
         if not was_runnable:
             _enqueue(state, job)
     elif was_runnable:  # a queued job left its queue (terminated, time limit, share deleted)
-        state.drop(state.blocked, (job.queue, job.share))
         queue = state.queues[job.queue]
         if job.share in queue.shares:
             state.mark_dirty(queue, job.share)
@@ -233,7 +236,7 @@ def _blocked(state: State, fact: F.ShareBlocked) -> None:
     if job.reason_code != fact.reason.value:
         job.reason_since = fact.at
     job.reason_code = fact.reason.value
-    state.put(state.blocked, (fact.job_queue, fact.quota_share_name), fact.job_id)
+    state.put(state.blocked, fact.job_id, (fact.job_queue, fact.quota_share_name))
 
 
 # -- helpers ---------------------------------------------------------------------------------

@@ -66,6 +66,9 @@ def _dirty_heads(round_: Round, environment: Environment, queue: Queue) -> list[
         if head is None:
             state.mark_clean(queue, share.name)
             continue
+        if head.admitted == queue.epoch:
+            heads.append((share, head))
+            continue
         blocked = blocked_reason(environment, queue, share, head.need)
         if blocked is not None:
             reason, text = blocked
@@ -83,6 +86,7 @@ def _dirty_heads(round_: Round, environment: Environment, queue: Queue) -> list[
                 at=round_.at, command_seq=round_.seq, job_id=head.job_id, attempt=head.attempt,
                 status=JobStatus.RUNNABLE, status_reason=None, cause=StatusCause.UNBLOCKED,
             ))  # fmt: skip
+        head.admitted = queue.epoch  # a cache, safe to keep across an undone trial (epochs are unique)
         heads.append((share, head))
     return heads
 

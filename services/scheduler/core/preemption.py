@@ -7,7 +7,9 @@ victims were needed but one candidate of no higher rank frees enough on its own,
 job is preempted instead (spec 3.5 rule 4: avoid preempting more than needed).
 
 Cross-share reclaim (spec 3.4 rule 4) takes victims only from other shares that are over their
-own limit in a contested unit, and stops taking from a share once it is back within its limit.
+own limit in a contested unit, and stops taking from a share once it is back within its
+limit; if that frees too little, one job of an over-limit share that frees enough alone is
+taken even though its share ends below its limit (spec 3.5: accepted when unavoidable).
 In-share preemption (rule 5) takes only strictly lower-priority jobs of the same share.
 """
 
@@ -35,12 +37,20 @@ def reclaim_victims(environment: Environment, queue: Queue, share: Share, head: 
         return []
     key = cross_share_victim_order(units)
 
-    def eligible(scratch: Scratch, job: Job) -> bool:
-        # Only borrowed capacity is reclaimed: skip a job whose share is back within its limit.
+    def within_borrowed(scratch: Scratch, job: Job) -> bool:
+        # Reclaim borrowed capacity only: skip a job whose share is back within its limit.
         return scratch.is_borrowing(queue.shares[job.share], {u for u, _ in job.need} & units)
 
-    return _search(environment, queue, share, head, sorted(candidates, key=key), key, eligible,
-                   band=lambda job: key(job)[:2])  # fmt: skip
+    ranked = sorted(candidates, key=key)
+    band = lambda job: key(job)[:2]  # noqa: E731
+    victims = _search(environment, queue, share, head, ranked, key, within_borrowed, band)
+    if victims:
+        return victims
+    # The greedy order may have taken the job labelled as borrowing first and so brought its
+    # share back to its limit, while another job of that share, over its limit as things
+    # stand, frees enough alone (its share ends below its limit: accepted when unavoidable).
+    single = _single_victim(environment, queue, share, head, ranked, None, band)
+    return [single] if single is not None else []
 
 
 def in_share_victims(environment: Environment, queue: Queue, share: Share, head: Job) -> list[Job]:
@@ -100,16 +110,17 @@ def _single_victim(
     share: Share,
     head: Job,
     ranked: list[Job],
-    victims: list[Job],
+    victims: list[Job] | None,
     band: Callable[[Job], tuple],
 ) -> Job | None:
-    """The smallest candidate that frees enough alone, ranked no higher than the worst victim."""
-    worst = max(band(job) for job in victims)
+    """The smallest candidate that frees enough alone, ranked no higher than the worst of
+    `victims` (any rank when there are none)."""
+    worst = max(band(job) for job in victims) if victims else None
     units = {unit for unit, _ in head.need}
     best: Job | None = None
     best_size = 0
     for job in ranked:
-        if band(job) > worst:
+        if worst is not None and band(job) > worst:
             continue
         size = sum(quantity for unit, quantity in job.need if unit in units)
         if best is not None and size >= best_size:

@@ -32,7 +32,7 @@ class Job:
         "job_id", "job_name", "queue", "share", "priority", "seq", "need", "status", "attempt",
         "preempted_count", "preemption_retries", "attempts_max", "attempts_used", "retry_rules",
         "attempt_timeout_s", "status_reason", "reason_code", "reason_since", "dispatched_at",
-        "dispatch_order", "borrowed", "is_terminated", "client_token", "created_at",
+        "dispatch_order", "borrowed", "is_terminated", "client_token", "created_at", "admitted",
     )  # fmt: skip
 
     def __init__(self, job_id: str, job_name: str, queue: str, share: str, priority: int,
@@ -61,6 +61,7 @@ class Job:
         self.borrowed: Need = ()
         self.is_terminated = False
         self.client_token: str | None = None
+        self.admitted = 0  # config epoch under which this job was last found admissible
 
     def key(self) -> HeapEntry:
         return (-self.priority, self.seq, self.job_id)
@@ -119,7 +120,7 @@ class Share:
 class Queue:
     __slots__ = (
         "name", "environment", "policy", "priority", "state", "time_limits", "config", "shares",
-        "usage", "borrowed", "idle", "lendable", "dirty",
+        "usage", "borrowed", "idle", "lendable", "dirty", "epoch",
     )  # fmt: skip
 
     def __init__(self, name: str):
@@ -138,14 +139,17 @@ class Queue:
         self.lendable: dict[str, int] = {}  # sum over lending shares of L (configured)
         # Shares whose head may have become placeable since it was last evaluated.
         self.dirty: frozenset[str] = frozenset()
+        # Changes whenever anything admission depends on changes (see State.new_epoch).
+        self.epoch = 0
 
     def snapshot(self) -> tuple:
         return (self.environment, self.policy, self.priority, self.state, self.time_limits,
-                self.config, self.usage, self.borrowed, self.idle, self.lendable, self.dirty)  # fmt: skip
+                self.config, self.usage, self.borrowed, self.idle, self.lendable, self.dirty,
+                self.epoch)  # fmt: skip
 
     def restore(self, saved: tuple) -> None:
         (self.environment, self.policy, self.priority, self.state, self.time_limits, self.config,
-         self.usage, self.borrowed, self.idle, self.lendable, self.dirty) = saved  # fmt: skip
+         self.usage, self.borrowed, self.idle, self.lendable, self.dirty, self.epoch) = saved  # fmt: skip
 
 
 class Environment:
@@ -178,7 +182,11 @@ class State:
         self.next_seq = 1  # acceptance order of submissions (ruling 8)
         self.next_dispatch = 1  # dispatch order, for "most recently dispatched"
         self.timeouts: list[tuple[float, str, int]] = []  # (deadline, job id, attempt)
-        self.blocked: dict[tuple[str, str], str] = {}  # (queue, share) -> blocked head job id
+        # RUNNABLE jobs waiting with a reason a time limit may apply to: job id -> (queue, share)
+        self.blocked: dict[str, tuple[str, str]] = {}
+        # Never undone by a trial, so an epoch is never handed out twice: a cached admission
+        # result can only match the configuration it was computed under.
+        self.epochs = 0
         self._journal: list | None = None
         self._saved: set[int] = set()
 
@@ -258,6 +266,12 @@ class State:
                 return job
             self.pop(heap)
         return None
+
+    def new_epoch(self, queue: Queue) -> None:
+        """The queue's configuration changed: cached admission results no longer hold."""
+        self.epochs += 1
+        self.save(queue)
+        queue.epoch = self.epochs
 
     def mark_dirty(self, queue: Queue, *share_names: str) -> None:
         """Mark the named shares (all shares when none are named) for re-evaluation."""

@@ -33,7 +33,6 @@ def fire_due(round_: Round, until: float) -> None:
             state.pop(state.timeouts)
             attempt_ended(round_, job, ATTEMPT_TIMED_OUT, StatusCause.ATTEMPT_TIMEOUT)
         else:
-            state.drop(state.blocked, (job.queue, job.share))
             round_.emit(F.JobStatusChanged(
                 at=round_.at, command_seq=round_.seq, job_id=job.job_id, attempt=job.attempt,
                 status=JobStatus.FAILED, cause=StatusCause.TIME_LIMIT, is_terminated=True,
@@ -65,31 +64,37 @@ def _next_due(state: State, until: float):
     while timeouts:
         deadline, job_id, attempt = timeouts[0]
         job = state.jobs.get(job_id)
-        if job is not None and job.status.dispatched and job.attempt == attempt:
+        # An entry counts only for the attempt that set it: an undone trial may have left one
+        # for the same attempt number with another dispatch time.
+        if (job is not None and job.status.dispatched and job.attempt == attempt
+                and deadline == job.dispatched_at + job.attempt_timeout_s):  # fmt: skip
             if deadline <= until:
                 best = (deadline, job_id, job, None)
             break
         state.pop(timeouts)  # the attempt already ended
-    for (queue_name, share_name), job_id in sorted(state.blocked.items()):
-        limit = _time_limit(state, queue_name, share_name, job_id)
-        if limit is None:
-            state.drop(state.blocked, (queue_name, share_name))
+    for job_id, (queue_name, share_name) in sorted(state.blocked.items()):
+        job = state.jobs.get(job_id)
+        if job is None or job.status is not JobStatus.RUNNABLE or job.reason_code is None:
+            state.drop(state.blocked, job_id)  # it left the queue, or its reason went away
             continue
-        job, reason = state.jobs[job_id], limit[1]
+        limit = _time_limit(state, queue_name, share_name, job)
+        if limit is None:
+            continue  # not at the head right now, or no limit for its reason
         deadline = job.reason_since + limit[0]
         if deadline <= until and (best is None or (deadline, job_id) < best[:2]):
-            best = (deadline, job_id, job, reason)
+            best = (deadline, job_id, job, limit[1])
     return None if best is None else (best[0], best[2], best[3])
 
 
-def _time_limit(state: State, queue_name: str, share_name: str, job_id: str):
-    """(seconds, reason) if the share's head still waits with a reason a limit applies to."""
+def _time_limit(state: State, queue_name: str, share_name: str, job: Job):
+    """(seconds, reason) if `job` heads its share now with a reason a time limit applies to.
+
+    The clock runs from when the job first waited with that reason (`reason_since`), even if
+    a higher-priority job went ahead of it for a while.
+    """
     queue = state.queues.get(queue_name)
-    job = state.jobs.get(job_id)
-    if queue is None or job is None or job.status is not JobStatus.RUNNABLE:
-        return None
-    seconds = queue.time_limits.get(job.reason_code)
-    share = queue.shares.get(share_name)
+    seconds = None if queue is None else queue.time_limits.get(job.reason_code)
+    share = None if queue is None else queue.shares.get(share_name)
     if seconds is None or share is None or state.head(share) is not job:
         return None
     if job.reason_code != BlockedReason.CAPACITY_INSUFFICIENT.value:

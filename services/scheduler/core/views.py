@@ -41,7 +41,8 @@ def canonical_state(state: State) -> dict[str, Any]:
 
     Used to prove replay equivalence (live state == fold of the emitted facts).
     """
-    jobs = {job_id: {name: _plain(getattr(job, name)) for name in job.__slots__}
+    jobs = {job_id: {name: _plain(getattr(job, name)) for name in job.__slots__
+                     if name != "admitted"}  # a cache of the scheduling pass
             for job_id, job in state.jobs.items()}  # fmt: skip
     queues = {}
     for queue in state.queues.values():
@@ -50,7 +51,7 @@ def canonical_state(state: State) -> dict[str, Any]:
             "idle": queue.idle, "lendable": queue.lendable,
             "shares": {
                 share.name: {"config": _plain(share.config), "usage": share.usage,
-                             "dispatched": list(share.dispatched)}
+                             "dispatched": sorted(share.dispatched)}
                 for share in queue.shares.values()
             },
         }  # fmt: skip
