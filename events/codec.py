@@ -95,8 +95,9 @@ def _describe(error: ValidationError, kind: str | None, raw: str) -> str:
     problems = []
     for item in error.errors(include_url=False):
         if item["type"] == "union_tag_invalid":
+            claimed = kind if kind is not None else item.get("ctx", {}).get("tag", "?")
             return (
-                f"Unknown command kind {kind!r}; expected one of: " + ", ".join(COMMAND_KINDS)
+                f"Unknown command kind {claimed!r}; expected one of: " + ", ".join(COMMAND_KINDS)
             )
         if item["type"] == "union_tag_not_found":
             return "The message has no 'kind' field naming the command"

@@ -51,6 +51,7 @@ class CommandRejected(Fact):
     quota_share_name: str | None = None
     raw: str | None = None  # the undecodable input, kept verbatim so nothing is lost
     raw_encoding: Literal["base64"] | None = None  # set when the input was not UTF-8
+    raw_size: int | None = None  # set when `raw` was cut: the input's full size in bytes
 
 
 class ServiceEnvironmentCreated(Fact):

@@ -1,15 +1,14 @@
-"""NATS JetStream plumbing shared by every service: streams, buckets, atomic appends.
+"""NATS JetStream plumbing shared by every service: streams, buckets, fenced appends.
 
-The two streams are declared with nats-py (FastStream's JStream cannot set `allow_atomic`).
-`ensure_streams` creates them, or updates them to the configured options, and is safe to call
-from every process at start-up.
+The two streams are declared with nats-py, every option explicit.  `ensure_streams` creates
+them, or updates them to the configured options, and is safe to call from every process at
+start-up.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from dataclasses import dataclass
 
 import nats
 import nats.errors
@@ -33,8 +32,6 @@ from events.subjects import (
     SNAPSHOTS_BUCKET,
 )
 from services.settings import Settings, StreamOptions
-
-ATOMIC_BATCH_LIMIT = 1000  # nats-server refuses larger atomic batches (err_code 10199)
 
 
 class Unreachable(ConnectionError):
@@ -60,7 +57,7 @@ async def connect(url: str, name: str, timeout: float = 10.0) -> Client:
         raise Unreachable(f"cannot reach NATS at {url} ({type(error).__name__})") from None
 
 
-def _stream_config(name: str, subjects: list[str], options: StreamOptions, atomic: bool) -> StreamConfig:
+def _stream_config(name: str, subjects: list[str], options: StreamOptions) -> StreamConfig:
     return StreamConfig(
         name=name,
         subjects=subjects,
@@ -74,7 +71,6 @@ def _stream_config(name: str, subjects: list[str], options: StreamOptions, atomi
         max_msgs=-1,
         max_msgs_per_subject=-1,
         discard=DiscardPolicy.OLD,
-        allow_atomic=atomic or None,
         allow_direct=True,
     )
 
@@ -82,8 +78,8 @@ def _stream_config(name: str, subjects: list[str], options: StreamOptions, atomi
 async def ensure_streams(js: JetStreamContext, settings: Settings) -> None:
     options = settings.streams
     for config in (
-        _stream_config(COMMANDS_STREAM, [f"{COMMANDS_PREFIX}.>"], options, atomic=False),
-        _stream_config(FACTS_STREAM, [f"{FACTS_PREFIX}.>"], options, atomic=True),
+        _stream_config(COMMANDS_STREAM, [f"{COMMANDS_PREFIX}.>"], options),
+        _stream_config(FACTS_STREAM, [f"{FACTS_PREFIX}.>"], options),
     ):
         try:
             await js.stream_info(config.name)
@@ -100,51 +96,79 @@ async def ensure_streams(js: JetStreamContext, settings: Settings) -> None:
 
 class AppendRefused(Exception):
     """The fact log refused an append: another writer appended first (fencing) or an id was
-    a duplicate.  The writer must not advance its state."""
+    a duplicate.  The writer must not go on from its in-memory state."""
 
     def __init__(self, code: int, description: str):
         super().__init__(f"{code}: {description}")
         self.code = code
 
 
-@dataclass(frozen=True)
-class Fenced:
-    """Where the next append must land: the last sequence of the writer's fact subjects."""
+class FactAppender:
+    """Pipelined, fenced appends to the fact log by its single writer.
 
-    subject_filter: str
-    last_seq: int
-
-
-async def append_atomic(
-    nc: Client, messages: list[tuple[str, bytes, dict[str, str]]], fence: Fenced, timeout: float
-) -> int:
-    """Append messages (subject, payload, headers) to the fact log as one atomic batch.
-
-    All or nothing: the server stores the whole batch or none of it, and only if nothing else
-    was appended to `fence.subject_filter` since `fence.last_seq`.  Returns the stream sequence
-    of the last message stored.  Batches larger than the server limit are split, each fenced on
-    the previous one's sequence.
+    Every message carries `Nats-Expected-Last-Subject-Sequence` (on `subject_filter`, which
+    only this writer appends to), computed ahead: message k of the pipeline expects k-1.  So
+    many appends can be in flight at once, and the chain fences itself: if one is refused
+    (another writer got in, or a stale leader woke up), every later one is refused too, and
+    nothing lands out of order.  Acks come back on a private inbox; a refusal resolves its
+    future with `AppendRefused` (nats-py's own `publish_async` leaves such futures hanging).
     """
-    last = fence.last_seq
-    for start in range(0, len(messages), ATOMIC_BATCH_LIMIT):
-        chunk = messages[start:start + ATOMIC_BATCH_LIMIT]
-        batch_id = f"qm-{last}-{start}"
-        for index, (subject, payload, extra) in enumerate(chunk, start=1):
-            headers = {"Nats-Batch-Id": batch_id, "Nats-Batch-Sequence": str(index), **extra}
-            if index == 1:
-                headers["Nats-Expected-Last-Subject-Sequence"] = str(last)
-                headers["Nats-Expected-Last-Subject-Sequence-Subject"] = fence.subject_filter
-            if index == len(chunk):
-                headers["Nats-Batch-Commit"] = "1"
-                reply = await nc.request(subject, payload, headers=headers, timeout=timeout)
-                answer = json.loads(reply.data)
-                error = answer.get("error")
-                if error:
-                    raise AppendRefused(error.get("err_code", 0), error.get("description", ""))
-                last = answer["seq"]
-            else:
-                await nc.publish(subject, payload, headers=headers)
-    return last
+
+    def __init__(self, nc: Client, subject_filter: str, last_seq: int):
+        self.nc = nc
+        self.subject_filter = subject_filter
+        self.next_expected = last_seq  # the sequence the next message must follow
+        self._inbox = nc.new_inbox()
+        self._pending: dict[int, asyncio.Future] = {}
+        self._token = 0
+        self._sub = None
+
+    async def start(self) -> FactAppender:
+        self._sub = await self.nc.subscribe(f"{self._inbox}.*", cb=self._on_ack)
+        return self
+
+    async def close(self) -> None:
+        if self._sub is not None:
+            try:
+                await self._sub.unsubscribe()
+            except Exception:  # the connection may already be gone
+                pass
+        for future in self._pending.values():
+            if not future.done():
+                future.cancel()
+        self._pending.clear()
+
+    async def append(self, messages: list[tuple[str, bytes, dict[str, str]]]) -> list[asyncio.Future]:
+        """Send messages (subject, payload, headers); returns one future per message, each
+        resolving to its stream sequence or failing with AppendRefused."""
+        loop = asyncio.get_running_loop()
+        futures = []
+        for subject, payload, headers in messages:
+            self._token += 1
+            future = loop.create_future()
+            self._pending[self._token] = future
+            headers["Nats-Expected-Last-Subject-Sequence"] = str(self.next_expected)
+            headers["Nats-Expected-Last-Subject-Sequence-Subject"] = self.subject_filter
+            await self.nc.publish(subject, payload, reply=f"{self._inbox}.{self._token}",
+                                  headers=headers)  # fmt: skip
+            self.next_expected += 1
+            futures.append(future)
+        return futures
+
+    async def _on_ack(self, msg) -> None:
+        future = self._pending.pop(int(msg.subject.rsplit(".", 1)[1]), None)
+        if future is None or future.done():
+            return
+        try:
+            answer = json.loads(msg.data)
+        except ValueError:
+            future.set_exception(AppendRefused(0, f"unreadable ack {msg.data[:200]!r}"))
+            return
+        error = answer.get("error")
+        if error:
+            future.set_exception(AppendRefused(error.get("err_code", 0), error.get("description", "")))
+        else:
+            future.set_result(answer["seq"])
 
 
 async def last_sequence(js: JetStreamContext, subject_filter: str) -> int:
@@ -157,12 +181,3 @@ async def last_sequence(js: JetStreamContext, subject_filter: str) -> int:
     except NotFoundError:
         return 0
     return message.seq
-
-
-async def wait_for(condition, timeout: float, interval: float = 0.05) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not await condition():
-        if loop.time() > deadline:
-            raise TimeoutError("condition not met in time")
-        await asyncio.sleep(interval)

@@ -32,10 +32,10 @@ def stream_seq(msg) -> int:
     return msg.metadata.sequence.stream
 
 
-async def read_log(js: JetStreamContext, subject: str = ALL_FACTS, start_seq: int = 1,
-                   until_seq: int | None = None, follow: bool = False) -> AsyncIterator[tuple[int, bytes, str]]:  # fmt: skip
-    """(stream seq, payload, subject) of every fact from `start_seq`, in log order; stops at
-    the log's end as of the call (or `until_seq`) unless `follow`."""
+async def read_messages(js: JetStreamContext, subject: str = ALL_FACTS, start_seq: int = 1,
+                        until_seq: int | None = None, follow: bool = False) -> AsyncIterator:  # fmt: skip
+    """Every fact message from `start_seq`, in log order; stops at the log's end as of the
+    call (or `until_seq`) unless `follow`."""
     end = until_seq if until_seq is not None else await last_sequence(js, subject)
     if end < start_seq and not follow:
         return
@@ -50,29 +50,57 @@ async def read_log(js: JetStreamContext, subject: str = ALL_FACTS, start_seq: in
     try:
         while True:
             msg = await inbox.get()
-            seq = stream_seq(msg)
-            yield seq, msg.data, msg.subject
-            if not follow and seq >= end:
+            yield msg
+            if not follow and stream_seq(msg) >= end:
                 return
     finally:
         await sub.unsubscribe()
 
 
+async def read_log(js: JetStreamContext, subject: str = ALL_FACTS, start_seq: int = 1,
+                   until_seq: int | None = None, follow: bool = False) -> AsyncIterator[tuple[int, bytes, str]]:  # fmt: skip
+    """(stream seq, payload, subject) of every fact from `start_seq`, in log order."""
+    async for msg in read_messages(js, subject, start_seq, until_seq, follow):
+        yield stream_seq(msg), msg.data, msg.subject
+
+
 @dataclass
 class Recovered:
     state: State
-    fact_seq: int  # last fact folded into state
-    decided_through: int  # last command sequence with facts in the log
+    fact_seq: int  # the last fact folded into state (every command up to it is complete)
+    decided_through: int  # the last command sequence whose facts are all in the log
+    log_end: int = 0  # the log's last sequence, partial command included: the next fence
+    partial: tuple[int, list[bytes]] | None = None  # (command seq, its facts already logged)
 
 
 async def recover(js: JetStreamContext, partition: str) -> Recovered:
-    """Latest snapshot plus the tail of the fact log, folded with the one `evolve`."""
+    """Latest snapshot plus the tail of the fact log, folded with the one `evolve`.
+
+    Facts are folded a whole command at a time: each message says how many facts its
+    command produced (`Qm-Facts`) and which one it is (the index ending its message id).  A
+    writer that died mid-append may have left only the first facts of its last command; those
+    are not folded but returned as `partial`, so the next leader re-decides that command
+    (deterministically: to the same facts) and appends only what is missing.
+    """
     recovered = await load_snapshot(js, partition) or Recovered(State(), 0, 0)
-    async for seq, data, _ in read_log(js, ALL_FACTS, recovered.fact_seq + 1):
-        fact = decode_fact(data)
-        evolve(recovered.state, fact)
-        recovered.fact_seq = seq
-        recovered.decided_through = max(recovered.decided_through, fact.command_seq)
+    recovered.log_end = recovered.fact_seq
+    group: list = []
+    async for msg in read_messages(js, ALL_FACTS, recovered.fact_seq + 1):
+        seq = stream_seq(msg)
+        recovered.log_end = seq
+        headers = msg.headers or {}
+        group.append((seq, msg.data))
+        count = int(headers.get("Qm-Facts", "1"))
+        if len(group) < count:
+            continue
+        for fact_seq, data in group:
+            fact = decode_fact(data)
+            evolve(recovered.state, fact)
+            recovered.fact_seq = fact_seq
+            recovered.decided_through = max(recovered.decided_through, fact.command_seq)
+        group = []
+    if group:
+        recovered.partial = (decode_fact(group[0][1]).command_seq, [data for _, data in group])
     return recovered
 
 

@@ -21,14 +21,13 @@ def decide_message(state: State, subject: str, data: bytes, seq: int, stamp: flo
         command = decode_command(data)
     except DecodeError as error:
         return reject_undecodable(state, error, seq, stamp)
-    if command.at is None:
-        command = command.model_copy(update={"at": stamp})
     queue, share, kind = parse_command_subject(subject)
     problem = _misrouted(state, command, subject, queue, share, kind)
     if problem is not None:
         job_id = getattr(command, "job_id", None)
-        return reject(state, command.kind, problem, seq, command.at, job_id=job_id)
-    return step(state, command, seq)
+        at = command.at if command.at is not None else stamp
+        return reject(state, command.kind, problem, seq, at, job_id=job_id)
+    return step(state, command, seq, stamp)
 
 
 def _misrouted(state: State, command, subject: str, queue, share, kind: str) -> str | None:

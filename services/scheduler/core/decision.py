@@ -54,8 +54,14 @@ class Rejected(Exception):
         self.names = names
 
 
-def step(state: State, command: C.Command, seq: int) -> list[F.Fact]:
-    at = state.time if command.at is None else max(command.at, state.time)
+def step(state: State, command: C.Command, seq: int, stamp: float | None = None) -> list[F.Fact]:
+    """Decide `command` (the `seq`-th input) and fold its facts into `state`.
+
+    `stamp` is the time to use when the command carries no `at` (the service passes the
+    stream's timestamp); without either, the command happens at the current time.
+    """
+    at = command.at if command.at is not None else stamp
+    at = state.time if at is None else max(at, state.time)
     round_ = Round(state, seq, at)
     if state.timeouts or state.blocked:
         fire_due(round_, at)
@@ -92,11 +98,21 @@ def step_raw(state: State, data: bytes | str, seq: int) -> list[F.Fact]:
     return step(state, command, seq)
 
 
+RAW_KEPT_CHARS = 64 * 1024
+
+
 def reject_undecodable(state: State, error: DecodeError, seq: int, stamp: float) -> list[F.Fact]:
-    """A message that is not a valid command: recorded with everything it claimed to be."""
+    """A message that is not a valid command: recorded with everything it claimed to be.
+
+    Its text is kept up to 64 KiB (escaped into JSON, a hostile 1 MB message could grow six
+    times); the command log keeps the message itself, whole.
+    """
+    raw, size = error.raw, None
+    if len(raw) > RAW_KEPT_CHARS:
+        raw, size = raw[:RAW_KEPT_CHARS], len(error.raw.encode())
     return reject(
         state, error.kind or "Unknown", error.reason, seq,
-        error.at if error.at is not None else stamp, raw=error.raw,
+        error.at if error.at is not None else stamp, raw=raw, raw_size=size,
         raw_encoding=error.raw_encoding, job_id=error.job_id, job_queue=error.job_queue,
         quota_share_name=error.quota_share_name,
     )  # fmt: skip

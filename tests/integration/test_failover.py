@@ -1,0 +1,225 @@
+"""Crashes and failover of the single writer, against a real nats-server.
+
+Ticks are switched off in every scheduler process of this file (a Tick is a command published
+by the scheduler itself; it would shift the command sequences between runs), so the command
+stream holds exactly what the test published, in the same order and with the same sequences
+on every fresh server.  The workload's commands carry `at`, so the facts do not depend on when
+they were published either: an interrupted run must give the very facts of an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import signal
+import time
+
+import pytest
+
+from events.subjects import FACTS_STREAM, fact_subject
+from services.bus import AppendRefused, FactAppender
+from services.client import Bus
+from services.embedded import EmbeddedServer
+from services.scheduler.log import ALL_FACTS
+from tests.integration.helpers import (
+    NO_TICKS,
+    api_ready,
+    assert_alive,
+    assert_decided_once,
+    assert_same_facts,
+    comparable,
+    eventually,
+    generate_workload,
+    holder_of,
+    lease_holder,
+    logged,
+    offline_facts,
+    publish_items,
+    read_facts,
+    wait_decided,
+)
+
+pytestmark = pytest.mark.nats
+
+LEASE_TTL_S = 3.0  # the spawn fixture's QUOTASCHED_LEASE_TTL_S
+KILLS = 6
+COMMANDS = 6000
+
+
+async def wait_leading(process, timeout: float = 25.0) -> str:
+    async def leading():
+        return holder_of(process)
+
+    return await eventually(leading, timeout, what=f"{process.args} leading")
+
+
+async def uninterrupted_run(tmp_path, spawn, items) -> list[dict]:
+    """The fact log of the same commands on a fresh server, with one scheduler never stopped."""
+    server = EmbeddedServer(tmp_path / "nats-baseline").start()
+    try:
+        scheduler = spawn("scheduler", QUOTASCHED_NATS_URL=server.url, **NO_TICKS)
+        async with Bus(server.url) as bus:
+            await wait_leading(scheduler)
+            seqs = await publish_items(bus, items)
+            assert seqs == list(range(1, len(items) + 1))
+            await wait_decided(bus.js, seqs[-1], timeout=45)
+            facts = await read_facts(bus.js)
+        scheduler.stop()
+    finally:
+        server.stop()
+    return facts
+
+
+@pytest.mark.slow
+async def test_sigkill_at_random_points_loses_and_duplicates_nothing(tmp_path, nats_server, spawn):
+    """Six SIGKILLs of the writer at seeded random moments after it took the lead: during its
+    recovery, while it works through the backlog that piled up while no one led, or while it
+    keeps up with the stream.  The log must come out exactly as in a run without crashes."""
+    items = generate_workload(seed=20240917, count=COMMANDS)
+    baseline = await uninterrupted_run(tmp_path, spawn, items)
+    # the uninterrupted live run is itself the offline decision of the same commands
+    assert_same_facts(baseline, offline_facts(items), drop=(), context="uninterrupted run:")
+    assert_decided_once(baseline)
+
+    rng = random.Random(20240917)
+    scheduler = spawn("scheduler", **NO_TICKS)
+    kills: list[tuple[int, float]] = []  # (commands published when killed, delay after leading)
+    async with Bus(nats_server.url) as bus:
+        await wait_leading(scheduler)  # it has declared the streams
+        published: list[int] = []
+        killing = asyncio.Event()
+        killing.set()
+
+        async def pace(index: int) -> None:
+            # a steady stream (~250 commands/s) while the kills go on, then full speed
+            if killing.is_set() and index % 25 == 0:
+                await asyncio.sleep(0.1)
+
+        publisher = asyncio.create_task(publish_items(bus, items, pace, published))
+        for _ in range(KILLS):
+            await wait_leading(scheduler)
+            delay = rng.uniform(0.0, 0.8)
+            await asyncio.sleep(delay)
+            scheduler.kill()
+            kills.append((len(published), round(delay, 3)))
+            scheduler = spawn("scheduler", **NO_TICKS)
+        killing.clear()
+        await publisher
+        assert published == list(range(1, len(items) + 1))
+        await wait_leading(scheduler)
+        await wait_decided(bus.js, published[-1], timeout=45, processes=[scheduler])
+        facts = await read_facts(bus.js)
+
+    assert len(kills) >= 5
+    context = f"kills (commands published, seconds after leading) {kills}:"
+    assert_same_facts(facts, baseline, context=context)
+    # commands carry `at`, so even the logical times agree
+    assert_same_facts(facts, baseline, drop=(), context=context)
+    assert_decided_once(facts)
+
+
+async def test_two_schedulers_one_leads_and_the_standby_takes_over(nats_server, spawn):
+    items = generate_workload(seed=7, count=240)
+    expected = offline_facts(items)
+    first, second = spawn("scheduler", **NO_TICKS), spawn("scheduler", **NO_TICKS)
+    async with Bus(nats_server.url) as bus:
+
+        async def someone_leads():
+            return holder_of(first) or holder_of(second)
+
+        holder = await eventually(someone_leads, 25, what="a leader")
+        leader, standby = (first, second) if holder_of(first) else (second, first)
+        assert await lease_holder(bus.js) == holder
+        await api_ready(bus)
+
+        half = len(items) // 2
+        seqs = await publish_items(bus, items[:half])
+        await wait_decided(bus.js, seqs[-1])
+        await asyncio.sleep(LEASE_TTL_S / 2)  # a few renewals: the standby still only waits
+        assert holder_of(standby) is None, "two schedulers led at the same time"
+        assert await lease_holder(bus.js) == holder
+        written_by_leader = await read_facts(bus.js)
+        assert comparable(written_by_leader, drop=()) == expected[:len(written_by_leader)]
+
+        leader.kill()
+        killed_at = time.monotonic()
+        publisher = asyncio.create_task(publish_items(bus, items[half:]))
+        successor = await wait_leading(standby, timeout=4 * LEASE_TTL_S + 5)
+        took = time.monotonic() - killed_at
+        assert successor != holder
+        assert took < 3 * LEASE_TTL_S, f"the standby took {took:.1f}s to lead"
+        seqs += await publisher
+        await wait_decided(bus.js, seqs[-1], timeout=30, processes=[standby])
+        assert_alive(standby)
+        assert await lease_holder(bus.js) == successor
+        facts = await read_facts(bus.js)
+
+    # the standby wrote everything after what the leader had written, from where it stopped
+    recovered = logged(standby, "recovered")[-1]
+    assert recovered["fact_seq"] == len(written_by_leader)
+    assert_decided_once(facts)
+    assert_same_facts(facts, expected, drop=())
+
+
+async def test_frozen_leader_is_fenced_and_steps_down(nats_server, spawn):
+    items = generate_workload(seed=99, count=240)
+    expected = offline_facts(items)
+    first, second = spawn("scheduler", **NO_TICKS), spawn("scheduler", **NO_TICKS)
+    async with Bus(nats_server.url) as bus:
+
+        async def someone_leads():
+            return holder_of(first) or holder_of(second)
+
+        holder = await eventually(someone_leads, 25, what="a leader")
+        old, standby = (first, second) if holder_of(first) else (second, first)
+        await api_ready(bus)
+        third = len(items) // 3
+        seqs = await publish_items(bus, items[:third])
+        await wait_decided(bus.js, seqs[-1])
+        before_freeze = await read_facts(bus.js)
+        stale_fence = before_freeze[-1]["_seq"]  # the old leader's view of the log's end
+
+        # freeze the leader with commands still arriving, past its lease
+        old.signal(signal.SIGSTOP)
+        try:
+            seqs += await publish_items(bus, items[third:2 * third])
+            successor = await wait_leading(standby, timeout=4 * LEASE_TTL_S + 5)
+            assert successor != holder
+            assert await lease_holder(bus.js) == successor
+            await wait_decided(bus.js, seqs[-1], timeout=15, processes=[standby])
+            assert_alive(standby)
+            decided_by_successor = await read_facts(bus.js)
+            assert len(decided_by_successor) > len(before_freeze)
+
+            # what the old leader would append now is refused: the log moved past its fence
+            zombie = [(fact_subject("JobSubmitted", "fq", "alpha"), b"{}",
+                       {"Nats-Msg-Id": "zombie:1:0"})]  # fmt: skip
+            appender = await FactAppender(bus.nc, ALL_FACTS, stale_fence).start()
+            try:
+                (future,) = await appender.append(zombie)
+                with pytest.raises(AppendRefused) as refused:
+                    await asyncio.wait_for(future, 5.0)
+            finally:
+                await appender.close()
+            assert refused.value.code == 10071, refused.value  # wrong last sequence
+            assert (await read_facts(bus.js)) == decided_by_successor
+        finally:
+            old.signal(signal.SIGCONT)
+
+        # the old leader wakes up, finds it lost the lease or its append refused, steps down
+        async def stepped_down():
+            return logged(old, "stepped down")
+
+        events = await eventually(stepped_down, 15, what="the old leader stepping down")
+        assert events[-1]["reason"]
+        seqs += await publish_items(bus, items[2 * third:])
+        await wait_decided(bus.js, seqs[-1], timeout=30, processes=[standby, old])
+        assert_alive(standby, old)
+        assert await lease_holder(bus.js) == successor
+        assert len(logged(old, "leading")) == 1, "the old leader led again"
+        facts = await read_facts(bus.js)
+        info = await bus.js.stream_info(FACTS_STREAM)
+
+    assert info.state.last_seq == len(facts)
+    assert_decided_once(facts)
+    assert_same_facts(facts, expected, drop=())

@@ -1,0 +1,220 @@
+"""The live scheduler against a real nats-server: it decides what the offline replay decides,
+and a restarted scheduler (with or without a snapshot) continues from the log.
+
+The notebook's commands are published *with* their `at`: the live scheduler then decides at
+the same logical times as `quotasched replay`, so the comparison exercises the bus path (decode,
+routing, atomic append, recovery) rather than wall-clock stamping.  The scheduler processes run
+with the fixture's 0.5 s ticks, and a Tick carries no `at`, so it is stamped with the wall clock
+and moves logical time forward: that is why `at` is ignored in the comparison.  `commandSeq` is
+not merely ignored: it is mapped back from stream sequence to line number through the sequences
+the publisher got back, and every fact whose command is not a notebook line must come from a
+Tick.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from events.codec import decode_fact
+from events.subjects import COMMANDS_STREAM, SNAPSHOTS_BUCKET
+from services.bus import ensure_streams
+from services.client import Bus
+from services.replay import replay_lines
+from services.scheduler.core import State, evolve
+from services.scheduler.core.views import canonical_state
+from services.scheduler.log import load_snapshot, recover
+from services.settings import Settings
+from tests.integration.helpers import (
+    NO_TICKS,
+    NOTEBOOK,
+    api_ready,
+    assert_decided_once,
+    assert_same_facts,
+    command_kind,
+    comparable,
+    eventually,
+    generate_workload,
+    last_fact,
+    logged,
+    offline_facts,
+    publish_items,
+    read_facts,
+    wait_decided,
+    wait_quiet,
+)
+
+pytestmark = pytest.mark.nats
+
+
+def notebook_lines() -> list[str]:
+    return [line for line in NOTEBOOK.read_text().splitlines() if line.strip()]
+
+
+def fold_all(facts) -> State:
+    state = State()
+    for fact in facts:
+        evolve(state, fact)
+    return state
+
+
+def with_routes(lines: list[str]):
+    """Each line with the (queue, share) route of the job it names, taken from the file's own
+    submissions: `Bus.publish` would otherwise ask the scheduler, which may not have decided
+    the submission yet when the next line is published."""
+    routes: dict[str, tuple[str, str]] = {}
+    for line in lines:
+        command = json.loads(line)
+        if command["kind"] == "SubmitServiceJob":
+            routes[command["jobId"]] = (command["jobQueue"], command["quotaShareName"])
+            yield line, None
+        else:
+            yield line, routes.get(command.get("jobId"))
+
+
+async def wait_leading(process, timeout: float = 20.0):
+    async def leading():
+        return logged(process, "leading")
+
+    await eventually(leading, timeout, what="the scheduler leading")
+
+
+async def test_live_facts_equal_offline_replay_and_restart_continues(nats_server, spawn):
+    lines = notebook_lines()
+    expected = [json.loads(fact.model_dump_json(by_alias=True)) for fact in replay_lines(lines)]
+    scheduler = spawn("scheduler")
+    async with Bus(nats_server.url) as bus:
+        await wait_leading(scheduler)
+        seqs = [await bus.publish(line, route=route) for line, route in with_routes(lines)]
+        await wait_decided(bus.js, seqs[-1])
+        await wait_quiet(bus.js, 0.6)
+        facts = await read_facts(bus.js)
+
+        line_of = {seq: number for number, seq in enumerate(seqs, start=1)}
+        live = []
+        for fact in facts:
+            if fact["commandSeq"] in line_of:
+                live.append({**fact, "commandSeq": line_of[fact["commandSeq"]]})
+            else:
+                assert await command_kind(bus.js, fact["commandSeq"]) == "Tick", fact
+        assert comparable(live) == comparable(expected)
+
+        # -- restart: stop the scheduler, start another, the state continues -------------------
+        before = {job: await bus.request("describe-service-job", jobId=job)
+                  for job in ("high", "med", "low", "b1")}  # fmt: skip
+        assert scheduler.stop() == 0
+        successor = spawn("scheduler")
+        await wait_leading(successor)
+        await api_ready(bus)
+        after = {job: await bus.request("describe-service-job", jobId=job) for job in before}
+        assert after == before
+
+        more = [
+            {"kind": "SubmitServiceJob", "jobId": "late", "jobName": "late", "jobQueue": "q",
+             "quotaShareName": "qs3", "schedulingPriority": 5,
+             "capacityUsage": [{"capacityUnit": "ml.g5.xlarge", "quantity": 1}]},
+            {"kind": "UpdateServiceJob", "jobId": "med", "schedulingPriority": 9},
+        ]  # fmt: skip
+        late_seq = await bus.publish(more[0])
+        update_seq = await bus.publish(more[1], route=("q", "qs1"))
+        await wait_decided(bus.js, update_seq)
+        late = await bus.request("describe-service-job", jobId="late")
+        assert late["quotaShareName"] == "qs3"
+        assert late["status"] in ("RUNNABLE", "SCHEDULED")
+        med = await bus.request("describe-service-job", jobId="med")
+        assert med["schedulingPriority"] == 9
+        tail = [fact for fact in await read_facts(bus.js) if fact["_seq"] > facts[-1]["_seq"]]
+        decided = {fact["commandSeq"] for fact in tail}
+        assert {late_seq, update_seq} <= decided
+        # nothing of the first run was decided again by the successor
+        assert not decided & set(seqs)
+
+
+async def test_snapshot_then_restart_recovers_the_same_state(nats_server, spawn):
+    items = generate_workload(seed=11, count=160)
+    scheduler = spawn("scheduler", QUOTASCHED_SNAPSHOT_EVERY="100")
+    async with Bus(nats_server.url) as bus:
+        await wait_leading(scheduler)
+        seqs = await publish_items(bus, items)
+        await wait_decided(bus.js, seqs[-1])
+        await wait_quiet(bus.js, 0.6)
+        facts = await read_facts(bus.js)
+        assert len(facts) > 100
+
+        async def snapshot_written():
+            return await load_snapshot(bus.js, "main")
+
+        snapshot = await eventually(snapshot_written, 10, what="a snapshot in " + SNAPSHOTS_BUCKET)
+        assert 100 <= snapshot.fact_seq <= facts[-1]["_seq"]
+        assert logged(scheduler, "snapshot written")
+        # the snapshot plus the tail of the log is the fold of the whole log
+        from_snapshot = await recover(bus.js, "main")
+        assert from_snapshot.fact_seq == facts[-1]["_seq"]
+        assert canonical_state(from_snapshot.state) == canonical_state(
+            fold_all(decode_fact(json.dumps(comparable([f], drop=())[0])) for f in facts))
+
+        queue_before = await bus.request("get-job-queue-snapshot", jobQueue="fq")
+        jobs_before = await bus.request("list-service-jobs", jobQueue="fq", jobStatus="ALL",
+                                        maxResults=10_000)  # fmt: skip
+        assert scheduler.stop() == 0
+        successor = spawn("scheduler", QUOTASCHED_SNAPSHOT_EVERY="100")
+        await wait_leading(successor)
+        await api_ready(bus)
+        recovered = logged(successor, "recovered")[-1]
+        assert recovered["fact_seq"] == (await read_facts(bus.js))[-1]["_seq"]
+        assert await bus.request("get-job-queue-snapshot", jobQueue="fq") == queue_before
+        assert await bus.request("list-service-jobs", jobQueue="fq", jobStatus="ALL",
+                                 maxResults=10_000) == jobs_before  # fmt: skip
+
+
+async def test_graceful_restart_under_load_decides_every_command_once(nats_server, spawn):
+    """A rolling restart (SIGTERM) while the scheduler works through a backlog: whatever it
+    had received but not yet decided must be decided by its successor, promptly (deciding
+    3000 commands takes well under a second here), in order, once, also while new commands
+    keep arriving.  The backlog is published before any scheduler runs (the test declares
+    the streams itself)."""
+    items = generate_workload(seed=5, count=3000)
+    backlog, later = items[:-5], items[-5:]
+    async with Bus(nats_server.url) as bus:
+        await ensure_streams(bus.js, Settings(lease_ttl_s=3.0))
+        seqs = await publish_items(bus, backlog)
+        first = spawn("scheduler", **NO_TICKS)
+
+        async def working_on_backlog():
+            fact = await last_fact(bus.js)
+            return fact is not None and fact["commandSeq"] > 100
+
+        await eventually(working_on_backlog, 20, interval=0.01, what="the backlog being decided")
+        assert first.stop() == 0  # in the middle of the backlog
+        # a stopping scheduler may publish a Tick (see the next test): it gets a sequence,
+        # and its wall-clock stamp moves logical time, so `at` is left out of the comparison
+        last = (await bus.js.stream_info(COMMANDS_STREAM)).state.last_seq
+        extra = [await command_kind(bus.js, seq) for seq in range(len(backlog) + 1, last + 1)]
+        assert set(extra) <= {"Tick"}, extra
+        second = spawn("scheduler", **NO_TICKS)
+        await wait_leading(second)
+        await api_ready(bus)
+        seqs += await publish_items(bus, later)
+        await wait_decided(bus.js, seqs[-1], timeout=10, processes=[second])
+        facts = await read_facts(bus.js)
+    stopped_at = logged(second, "recovered")[-1]["decided_through"]
+    assert stopped_at < len(backlog), "the restart did not happen under load; nothing was tested"
+    context = f"first scheduler stopped after deciding through {stopped_at} of {len(backlog)}:"
+    ticks = set(range(len(backlog) + 1, last + 1))
+    facts = [fact for fact in facts if fact["commandSeq"] not in ticks]
+    assert_same_facts(facts, offline_facts(items, seqs), drop=("at",) if ticks else (),
+                      context=context)  # fmt: skip
+    assert_decided_once(facts)
+
+
+async def test_a_stopping_scheduler_publishes_no_command(nats_server, spawn):
+    """With ticks far apart (100000 s), a scheduler that starts and stops publishes nothing
+    into the command stream: the stream holds what clients sent, nothing else."""
+    scheduler = spawn("scheduler", **NO_TICKS)
+    async with Bus(nats_server.url) as bus:
+        await api_ready(bus)
+        assert scheduler.stop() == 0
+        info = await bus.js.stream_info(COMMANDS_STREAM)
+        kinds = [await command_kind(bus.js, seq) for seq in range(1, info.state.last_seq + 1)]
+    assert kinds == [], f"commands published by the scheduler itself: {kinds}"
