@@ -74,6 +74,11 @@ def recompute_totals(state: State, queue: Queue) -> None:
             if share.strategy.lends:
                 lendable[unit] = lendable.get(unit, 0) + share.limits.get(unit, 0)
     queue.usage, queue.borrowed, queue.idle, queue.lendable = usage, borrowed, idle, lendable
+    listing: dict[str, list[str]] = {}
+    for share in queue.shares.values():
+        for unit in share.limits:
+            listing.setdefault(unit, []).append(share.name)
+    queue.listing = {unit: tuple(names) for unit, names in listing.items()}
 
 
 def within_own_limit(share: Share, need: Need) -> bool:

@@ -257,8 +257,9 @@ def _enqueue(state: State, job: Job) -> None:
 def _release(state: State, job: Job) -> None:
     """A dispatched job stops holding capacity.
 
-    Only heads that need one of the released units can gain from it: for every other unit
-    usage, borrowing and lending are unchanged, and so is every check of those heads.
+    Only shares that list a released unit can gain from it: for every other unit usage,
+    borrowing and lending are unchanged, and a head needing a unit its share does not list
+    is blocked until the configuration changes (which marks every share anyway).
     """
     queue: Queue = state.queues[job.queue]
     share: Share | None = queue.shares.get(job.share)
@@ -266,14 +267,8 @@ def _release(state: State, job: Job) -> None:
         return
     state.drop(share.dispatched, job.job_id)
     add_usage(state, queue, share, job.need, -1)
-    released = {unit for unit, _ in job.need}
-    gaining = []
-    for other in queue.shares.values():
-        head = state.head(other)
-        if head is not None and any(unit in released for unit, _ in head.need):
-            gaining.append(other.name)
-    if gaining:
-        state.mark_dirty(queue, *gaining)
-
-
-__all__ = ["evolve", "fold", "SharingStrategy"]
+    listing = queue.listing
+    for unit, _ in job.need:
+        names = listing.get(unit)
+        if names:
+            state.mark_dirty(queue, *names)

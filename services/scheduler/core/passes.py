@@ -94,10 +94,10 @@ def _dirty_heads(round_: Round, environment: Environment, queue: Queue) -> list[
 def _place_one(round_: Round, environment: Environment, queue: Queue, heads) -> bool:
     """Place the first head that can be placed under the pass order; False if none can."""
     state = round_.state
-    owners = sorted(
-        ((share, head) for share, head in heads if within_own_limit(share, head.need)),
-        key=lambda pair: share_order(*pair),
-    )
+    owners, borrowers = [], []
+    for pair in heads:
+        (owners if within_own_limit(pair[0], pair[1].need) else borrowers).append(pair)
+    owners.sort(key=lambda pair: share_order(*pair))
     for share, head in owners:
         if _fits(environment, queue, share, head):
             return _dispatch(round_, queue, share, head, [], None)
@@ -111,10 +111,7 @@ def _place_one(round_: Round, environment: Environment, queue: Queue, heads) -> 
                 return _dispatch(round_, queue, share, head, victims,
                                  PreemptionReason.IN_SHARE_PRIORITY)  # fmt: skip
         state.mark_clean(queue, share.name)
-    borrowers = sorted(
-        ((share, head) for share, head in heads if not within_own_limit(share, head.need)),
-        key=lambda pair: borrower_order(*pair),
-    )
+    borrowers.sort(key=lambda pair: borrower_order(*pair))
     for share, head in borrowers:
         if _fits(environment, queue, share, head):
             return _dispatch(round_, queue, share, head, [], None)

@@ -24,6 +24,8 @@ from services.scheduler.core.state import Environment, Job, Queue, Share
 
 def reclaim_victims(environment: Environment, queue: Queue, share: Share, head: Job) -> list[Job]:
     units = {unit for unit, _ in head.need}
+    if not any(queue.borrowed.get(unit, 0) for unit in units):
+        return []  # no share is over its limit in a contested unit: nothing to reclaim
     lenders_over = [
         other for other in queue.shares.values()
         if other is not share
@@ -54,6 +56,8 @@ def reclaim_victims(environment: Environment, queue: Queue, share: Share, head: 
 
 
 def in_share_victims(environment: Environment, queue: Queue, share: Share, head: Job) -> list[Job]:
+    if not share.dispatched:
+        return []
     units = {unit for unit, _ in head.need}
     candidates = [
         job for job in share.dispatched.values()

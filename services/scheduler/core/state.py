@@ -120,7 +120,7 @@ class Share:
 class Queue:
     __slots__ = (
         "name", "environment", "policy", "priority", "state", "time_limits", "config", "shares",
-        "usage", "borrowed", "idle", "lendable", "dirty", "epoch",
+        "usage", "borrowed", "idle", "lendable", "listing", "dirty", "epoch",
     )  # fmt: skip
 
     def __init__(self, name: str):
@@ -137,6 +137,7 @@ class Queue:
         self.borrowed: dict[str, int] = {}  # sum of max(0, U - L)
         self.idle: dict[str, int] = {}  # sum over lending shares of max(0, L - U)
         self.lendable: dict[str, int] = {}  # sum over lending shares of L (configured)
+        self.listing: dict[str, tuple[str, ...]] = {}  # unit -> shares with a limit for it
         # Shares whose head may have become placeable since it was last evaluated.
         self.dirty: frozenset[str] = frozenset()
         # Changes whenever anything admission depends on changes (see State.new_epoch).
@@ -144,12 +145,13 @@ class Queue:
 
     def snapshot(self) -> tuple:
         return (self.environment, self.policy, self.priority, self.state, self.time_limits,
-                self.config, self.usage, self.borrowed, self.idle, self.lendable, self.dirty,
-                self.epoch)  # fmt: skip
+                self.config, self.usage, self.borrowed, self.idle, self.lendable, self.listing,
+                self.dirty, self.epoch)  # fmt: skip
 
     def restore(self, saved: tuple) -> None:
         (self.environment, self.policy, self.priority, self.state, self.time_limits, self.config,
-         self.usage, self.borrowed, self.idle, self.lendable, self.dirty, self.epoch) = saved  # fmt: skip
+         self.usage, self.borrowed, self.idle, self.lendable, self.listing, self.dirty,
+         self.epoch) = saved  # fmt: skip
 
 
 class Environment:

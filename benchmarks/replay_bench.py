@@ -1,0 +1,359 @@
+"""Replay throughput against the JSON serialization floor, and how it scales with queue size.
+
+    .venv/bin/python benchmarks/replay_bench.py            # full run (several minutes)
+    .venv/bin/python benchmarks/replay_bench.py --quick    # small sizes, about a minute
+    .venv/bin/python benchmarks/replay_bench.py --profile  # also cProfile the main workload
+
+Workloads are generated (deterministically, by benchmarks/workload.py) into benchmarks/out/ and
+reused on later runs.  Every measurement runs in its own child process (so peak RSS is per
+workload and one workload's heap does not slow the next), and inside that process:
+
+- floor:  `json.dumps(json.loads(line))` for every line: the cost of merely decoding and
+          re-encoding the input with Python's json module;
+- replay: `services.replay.replay_lines` over the same lines, encoding every fact exactly as
+          `quotasched replay` does (`fact.model_dump_json(by_alias=True)`);
+
+both over lines already read into memory, best of N repetitions, each replay from a fresh
+State.  Times are the process's CPU time (`time.process_time`), which a busy shared machine
+disturbs far less than wall-clock time; wall-clock figures are shown beside them.  For the
+queue-level table the queue is first filled with cheap submissions (replayed, not timed) and
+only the fixed window of mixed commands that follows is timed.
+
+Targets (from the issue): replay <= 3x the floor on the 200k-command workload, and cost per
+command flat as queues grow (largest / smallest <= 1.5 over the 50k..400k-command workloads).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import re
+import resource
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+for _path in (ROOT, ROOT / "benchmarks"):  # the project, and workload.py beside this file
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
+
+OUT = ROOT / "benchmarks" / "out"
+RATIO_TARGET = 3.0
+FLAT_TARGET = 1.5
+
+
+# -- child process: one measurement -------------------------------------------------------
+
+
+def source_fingerprint() -> str:
+    """Hash of the code a replay runs (events/, the core, services/replay.py).
+
+    Other people may be changing the core while a long benchmark runs; parent and children
+    compare fingerprints so a run that measured two versions says so."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    files = sorted([*(ROOT / "events").rglob("*.py"),
+                    *(ROOT / "services" / "scheduler" / "core").rglob("*.py"),
+                    ROOT / "services" / "replay.py"])  # fmt: skip
+    for path in files:
+        digest.update(str(path.relative_to(ROOT)).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:12]
+
+
+def _read_lines(path: Path) -> list[bytes]:
+    with open(path, "rb") as handle:
+        return handle.readlines()
+
+
+def _clock() -> tuple[float, float]:
+    return time.process_time(), time.perf_counter()
+
+
+def _floor(lines: list[bytes]) -> tuple[float, float]:
+    """(CPU seconds, wall seconds) of decoding and re-encoding every line."""
+    loads, dumps = json.loads, json.dumps
+    cpu, wall = _clock()
+    for line in lines:
+        dumps(loads(line))
+    cpu_end, wall_end = _clock()
+    return cpu_end - cpu, wall_end - wall
+
+
+def _replay(lines: list[bytes], start: int) -> tuple[float, float, int, int]:
+    """CPU and wall seconds for lines[start:] (facts encoded as the CLI does), facts, bytes.
+
+    lines[:start] are replayed first into the same state, untimed and unencoded."""
+    from services.replay import replay_lines
+    from services.scheduler.core import State
+
+    clock: list[tuple[float, float]] = []
+
+    def feed():
+        for index, line in enumerate(lines):
+            if index == start:
+                clock.append(_clock())
+            yield line
+
+    state = State()
+    facts = size = 0
+    for fact in replay_lines(feed(), state):
+        if clock:
+            size += len(fact.model_dump_json(by_alias=True))
+            facts += 1
+    cpu_end, wall_end = _clock()
+    return cpu_end - clock[0][0], wall_end - clock[0][1], facts, size
+
+
+def measure(path: Path, window_size: int, reps: int) -> dict:
+    """Time the last `window_size` lines (all of them when 0 or more than there are)."""
+    import services.replay  # noqa: F401  (import before fingerprinting what was imported)
+
+    fingerprint = source_fingerprint()
+    lines = _read_lines(path)
+    start = max(0, len(lines) - window_size) if window_size else 0
+    window = lines[start:]
+    floors, replays, floor_walls, replay_walls = [], [], [], []
+    facts = size = 0
+    for _ in range(reps):
+        gc.collect()
+        cpu, wall = _floor(window)
+        floors.append(cpu)
+        floor_walls.append(wall)
+        gc.collect()
+        cpu, wall, facts, size = _replay(lines, start)
+        replays.append(cpu)
+        replay_walls.append(wall)
+    return {
+        "file": str(path), "commands": len(window), "prefill": start, "facts": facts,
+        "factBytes": size, "floor": min(floors), "replay": min(replays),
+        "floorWall": min(floor_walls), "replayWall": min(replay_walls),
+        "floorRuns": floors, "replayRuns": replays,
+        "peakRssMiB": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "fingerprint": fingerprint,
+    }  # fmt: skip
+
+
+def profile(path: Path, top: int, dump: Path) -> None:
+    import cProfile
+    import pstats
+
+    import services.replay  # noqa: F401
+
+    print(f"core source {source_fingerprint()}")
+    lines = _read_lines(path)
+    profiler = cProfile.Profile()
+    profiler.enable()
+    _replay(lines, 0)
+    profiler.disable()
+    profiler.dump_stats(str(dump))
+    for order in ("cumulative", "tottime"):
+        print(f"\n=== top {top} by {order} ({path.name}, {len(lines)} commands) ===")
+        stats = pstats.Stats(profiler, stream=sys.stdout)
+        stats.strip_dirs().sort_stats(order).print_stats(top)
+
+
+# -- parent process: workloads, children, report ------------------------------------------
+
+
+@dataclass
+class Case:
+    label: str
+    path: Path
+    commands: int  # timed commands
+    queued: int
+    prefill: int = 0
+
+
+def ensure_workload(commands: int, queued: int, seed: int, prefill: int, fresh: bool) -> Path:
+    name = (f"prefill{prefill}_window{commands}_s{seed}.jsonl" if prefill
+            else f"mixed{commands}_q{queued}_s{seed}.jsonl")  # fmt: skip
+    path = OUT / name
+    if path.exists() and not fresh:
+        return path
+    # Generated in a child process too: the generator runs the core, and a big parent would
+    # inflate every child's getrusage peak RSS (Linux carries the high-water mark over exec).
+    started = time.perf_counter()
+    temporary = path.with_suffix(".tmp")
+    command = [sys.executable, str(ROOT / "benchmarks" / "workload.py"), "--commands",
+               str(commands), "--queued", str(queued), "--prefill", str(prefill), "--seed",
+               str(seed), "--out", str(temporary)]  # fmt: skip
+    result = subprocess.run(command, check=True, capture_output=True, text=True)
+    os.replace(temporary, path)
+    summary = re.sub(r" in [0-9.]+s;", ":", result.stderr.splitlines()[0])
+    summary = summary.replace(str(temporary), path.name)
+    print(f"  {summary} ({time.perf_counter() - started:.0f}s)", flush=True)
+    return path
+
+
+def run_child(case: Case, reps: int) -> dict:
+    command = [sys.executable, __file__, "--measure", str(case.path), "--window",
+               str(case.commands), "--reps", str(reps)]  # fmt: skip
+    started = time.perf_counter()
+    result = subprocess.run(command, check=True, capture_output=True, text=True)
+    data = json.loads(result.stdout)
+    data["wall"] = time.perf_counter() - started
+    return data
+
+
+def _us(seconds: float, commands: int) -> float:
+    return seconds / commands * 1e6
+
+
+def _row(case: Case, data: dict) -> list[str]:
+    n = data["commands"]
+    return [
+        case.label, f"{n:,}", f"{case.queued:,}",
+        f"{n / data['floor']:,.0f}", f"{_us(data['floor'], n):.1f}",
+        f"{n / data['replay']:,.0f}", f"{_us(data['replay'], n):.1f}",
+        f"{data['facts'] / data['replay']:,.0f}", f"{data['facts'] / n:.2f}",
+        f"{data['replay'] / data['floor']:.1f}x",
+        f"{_us(data['replayWall'], n):.1f} / {data['replayWall'] / data['floorWall']:.1f}x",
+        f"{data['peakRssMiB']:,.0f}",
+    ]  # fmt: skip
+
+
+HEADERS = ["workload", "timed cmds", "queued", "floor cmd/s", "floor µs/cmd", "replay cmd/s",
+           "replay µs/cmd", "facts/s", "facts/cmd", "replay/floor", "wall: replay µs/cmd / ratio",
+           "peak RSS MiB"]  # fmt: skip
+
+
+def _print_table(title: str, rows: list[list[str]]) -> None:
+    try:
+        from rich.console import Console
+        from rich.table import Table
+    except ImportError:  # plain text
+        print(f"\n{title}")
+        widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(HEADERS)]
+        print("  ".join(h.rjust(w) for h, w in zip(HEADERS, widths)))
+        for row in rows:
+            print("  ".join(c.rjust(w) for c, w in zip(row, widths)))
+        return
+    table = Table(title=title)
+    for index, header in enumerate(HEADERS):
+        table.add_column(header, justify="left" if index == 0 else "right")
+    for row in rows:
+        table.add_row(*row)
+    Console(width=200).print(table)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes, fast run")
+    parser.add_argument("--reps", type=int, default=None, help="repetitions (best of N)")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--fresh", action="store_true", help="regenerate cached workloads")
+    parser.add_argument("--profile", action="store_true",
+                        help="also cProfile one replay of the main workload")
+    parser.add_argument("--skip-levels", action="store_true", help="skip the queue-level table")
+    parser.add_argument("--max-level", type=int, default=None,
+                        help="largest queued-job level (default 1,000,000; quick 100,000)")
+    parser.add_argument("--measure", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--window", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--profile-only", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+
+    if args.measure is not None:  # child
+        print(json.dumps(measure(args.measure, args.window, args.reps or 3)))
+        return
+    if args.profile_only is not None:  # child
+        profile(args.profile_only, 15, args.profile_only.with_suffix(".prof"))
+        return
+
+    if args.quick:
+        main_size, sizes, window = 20_000, [10_000, 20_000, 40_000], 5_000
+        levels = [1_000, 10_000, 100_000]
+        reps = args.reps or 2
+    else:
+        main_size, sizes, window = 200_000, [50_000, 100_000, 200_000, 400_000], 20_000
+        levels = [10_000, 100_000, 1_000_000]
+        reps = args.reps or 3
+    if args.max_level is not None:
+        levels = [level for level in levels if level <= args.max_level] or [args.max_level]
+    started = time.perf_counter()
+    fingerprint = source_fingerprint()
+    print(f"quotasched replay benchmark ({'quick' if args.quick else 'full'}, best of {reps}; "
+          f"Python {sys.version.split()[0]}, {os.cpu_count()} CPUs; core source {fingerprint})",
+          flush=True)  # fmt: skip
+    load = os.getloadavg()
+    print(f"times are process CPU time (wall-clock in the 'wall' column); load average at start "
+          f"{load[0]:.1f}" + (" -- the machine is busy, expect noise" if load[0] > (os.cpu_count() or 1) * 0.5 else ""),
+          flush=True)  # fmt: skip
+
+    print("workloads:", flush=True)
+    size_cases = [Case(f"mixed {n // 1000}k", ensure_workload(n, n // 2, args.seed, 0, args.fresh),
+                       n, n // 2) for n in sizes]  # fmt: skip
+    level_cases = []
+    if not args.skip_levels:
+        for level in levels:
+            path = ensure_workload(window, level, args.seed, level, args.fresh)
+            level_cases.append(Case(f"window @ {level // 1000}k queued", path, window, level,
+                                    prefill=level))
+
+    print("measuring:", flush=True)
+    size_results = []
+    for case in size_cases:
+        data = run_child(case, reps)
+        size_results.append(data)
+        print(f"  {case.label}: replay {_us(data['replay'], data['commands']):.1f} µs/cmd, "
+              f"floor {_us(data['floor'], data['commands']):.1f} µs/cmd ({data['wall']:.0f}s)",
+              flush=True)  # fmt: skip
+    level_results = []
+    for case in level_cases:
+        level_reps = reps if case.prefill < 500_000 else max(1, min(reps, 2))
+        data = run_child(case, level_reps)
+        level_results.append(data)
+        print(f"  {case.label}: replay {_us(data['replay'], data['commands']):.1f} µs/cmd, "
+              f"floor {_us(data['floor'], data['commands']):.1f} µs/cmd ({data['wall']:.0f}s)",
+              flush=True)  # fmt: skip
+
+    _print_table("Replay vs serialization floor: workloads of increasing size (queue ramps to "
+                 "half the command count)", [_row(c, d) for c, d in zip(size_cases, size_results)])
+    if level_cases:
+        _print_table(f"Fixed window of {window:,} mixed commands after prefilling the queue "
+                     "(prefill not timed)", [_row(c, d) for c, d in zip(level_cases, level_results)])
+
+    main_index = sizes.index(main_size)
+    main_data = size_results[main_index]
+    ratio = main_data["replay"] / main_data["floor"]
+    per_command = [d["replay"] / d["commands"] for d in size_results]
+    flat = max(per_command) / min(per_command)
+    print()
+    print(f"main workload ({sizes[main_index]:,} commands, {sizes[main_index] // 2:,} queued at the end): "
+          f"replay {main_data['commands'] / main_data['replay']:,.0f} cmd/s vs floor "
+          f"{main_data['commands'] / main_data['floor']:,.0f} cmd/s")  # fmt: skip
+    print(f"[target 1] replay/floor = {ratio:.2f}x (target <= {RATIO_TARGET:g}x): "
+          f"{'PASS' if ratio <= RATIO_TARGET else 'MISS'}")
+    print(f"[target 2] per-command cost, largest/smallest over {sizes[0]:,}..{sizes[-1]:,} "
+          f"commands = {flat:.2f}x (target <= {FLAT_TARGET:g}x): "
+          f"{'PASS' if flat <= FLAT_TARGET else 'MISS'}")  # fmt: skip
+    if level_results:
+        level_cost = [d["replay"] / d["commands"] for d in level_results]
+        level_flat = max(level_cost) / min(level_cost)
+        print(f"[target 2b] per-command cost of the window, largest/smallest over "
+              f"{levels[0]:,}..{levels[-1]:,} queued jobs = {level_flat:.2f}x "
+              f"(same {FLAT_TARGET:g}x bar): {'PASS' if level_flat <= FLAT_TARGET else 'MISS'}")
+    seen = {fingerprint, source_fingerprint()} | {d["fingerprint"] for d in size_results + level_results}
+    if len(seen) > 1:
+        print(f"\nWARNING: the core's source changed during the run ({', '.join(sorted(seen))}); "
+              "the figures mix versions: rerun for a consistent set")  # fmt: skip
+    load = os.getloadavg()
+    print(f"\nload average at the end {load[0]:.1f}; peak RSS of this (parent) process: "
+          f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f} MiB; "
+          f"per workload in the tables; total {time.perf_counter() - started:.0f}s")
+
+    if args.profile:
+        path = size_cases[main_index].path
+        print(f"\nprofiling one replay of {path.name} (cProfile; adds overhead)...", flush=True)
+        subprocess.run([sys.executable, __file__, "--profile-only", str(path)], check=True)
+        print(f"\nprofile saved to {path.with_suffix('.prof')}")
+
+
+if __name__ == "__main__":
+    main()
