@@ -190,6 +190,7 @@ class Scheduler:
             if seq <= recovered.decided_through:
                 continue  # recorded before a restart
             facts = decide_message(state, msg.subject, msg.data, seq, stamp)
+            log.debug("decided", stream_seq=seq, subject=msg.subject, facts=len(facts))
             encoded = [encode(fact).encode() for fact in facts]
             skip = self._already_logged(seq, encoded)
             count = str(len(facts))  # lets readers know when they have all of a command
