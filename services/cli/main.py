@@ -255,6 +255,8 @@ def facts_check(file: Path) -> None:
 
 
 from services.cli.aws import register; register(app)  # noqa: E402,E702  (aws verbs, apply, facts)
+from services.cli.projections_cli import register as register_projections; register_projections(app)  # noqa: E402,E702
+from services.cli.audit_cli import register as _audit; _audit(app)  # noqa: E402,E702  (audit verify, explain)
 
 
 def main() -> None:

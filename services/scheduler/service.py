@@ -34,6 +34,7 @@ from services.bus import AppendRefused, FactAppender, ensure_streams
 from services.scheduler.api import answer
 from services.scheduler.lease import Lease
 from services.scheduler.log import ALL_FACTS, Recovered, recover, save_snapshot
+from services.scheduler.core import catch_up_clock
 from services.scheduler.routing import decide_message
 from services.settings import Settings
 
@@ -101,9 +102,9 @@ class Scheduler:
         async def deliver(msg) -> None:
             inbox.put_nowait(msg)
 
-        # A fresh consumer each term, starting right after the last command the log records:
-        # commands a previous leader received but never recorded are delivered again, in
-        # order, and nothing is acked on their behalf.
+        # A fresh consumer each term, starting at the last command the log records (only its
+        # clock is taken again): commands a previous leader received but never recorded are
+        # delivered again, in order, and nothing is acked on their behalf.
         durable = f"scheduler-{self.partition}"
         try:
             await self.js.delete_consumer(COMMANDS_STREAM, durable)
@@ -111,7 +112,7 @@ class Scheduler:
             pass
         consumer = ConsumerConfig(
             durable_name=durable, deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
-            opt_start_seq=recovered.decided_through + 1, ack_policy=AckPolicy.ALL,
+            opt_start_seq=max(recovered.decided_through, 1), ack_policy=AckPolicy.ALL,
             ack_wait=30.0, max_ack_pending=self.settings.max_ack_pending,
             filter_subject=f"{COMMANDS_PREFIX}.>",
         )  # fmt: skip
@@ -188,6 +189,8 @@ class Scheduler:
         for msg in batch:
             seq, stamp = _sequence_and_time(msg)
             if seq <= recovered.decided_through:
+                if seq == recovered.decided_through:
+                    catch_up_clock(state, msg.data, stamp)  # the clock it left, not just its facts
                 continue  # recorded before a restart
             facts = decide_message(state, msg.subject, msg.data, seq, stamp)
             log.debug("decided", stream_seq=seq, subject=msg.subject, facts=len(facts))

@@ -24,24 +24,37 @@ emitted facts with none of the implementation's code, and checks every fact agai
   no dispatch while the service environment is DISABLED;
 * preemption: last resort (3.4 rule 7), minimal victim set (ruling 6), in-share victims strictly
   lower priority in the same share with in-share ENABLED, cross-share victims from other shares
-  that were over their limit (Bor > 0) in a contested unit, and never for a preemptor that would
-  borrow (3.4 rule 4, 3.5),
-  outcome/count per preemptionRetriesBeforeTermination (reading 10);
+  that were over their limit (Bor > 0) in a contested unit, never for a preemptor that would
+  borrow (3.4 rule 4, 3.5), outcome/count per preemptionRetriesBeforeTermination (reading 10);
 * lifecycle: retryStrategy attempts, stale reports ignored, terminations, share deletion,
-  time limits and timeouts not early, facts' `at` never going backwards (ruling 9);
-* after each command: the shadow agrees with the implementation's state, no head job is left
-  that could still be placed (ruling 4, recomputed independently), `decide` left
-  `canonical_state` untouched, and replay equivalence
-  `canonical_state(fold(all facts)) == canonical_state(live state)`.
+  time limits and timeouts not early, idempotent resubmission, facts' `at` never going
+  backwards and late commands clamped (ruling 9);
+* after each command: the shadow agrees with the implementation's state (statuses, attempts,
+  counts, usage; no job both dispatched and queued), no head job is left that could still be
+  placed (ruling 4, recomputed independently), and `decide` left `canonical_state` untouched.
 
-A failure carries the JSON-lines command sequence as an exception note, so the shrunk example
-can be pasted into a replay file.  `QUOTASCHED_SKIP_CHECKS=replay,order,...` turns individual
-check groups off while triaging a known failure (all are on by default): cluster, purity,
-replay, replay-time, rules, order, stable, compare.
+`test_replay_equivalence_machine` runs the same rules and checks, after every command, replay
+equivalence `canonical_state(fold(all facts so far)) == canonical_state(live state)`.  The
+logical clock is checked apart ("replay-time"): a fact-less command (an idle Tick) moves the live
+clock without a fact (ruling 9 counts from the previous command), so the fold alone may lag it
+until the next fact but never lead it, and must equal it whenever a command left a fact.  The
+"recovery" check then demands exact equality for a state rebuilt as the service recovers (fold
+the facts, decide again the commands the log does not record), and that this state decides the
+next command exactly as the live one does.  The two runs are kept apart so that a replay
+discrepancy and a decision bug never hide each other.
+
+Both runs are deterministic (derandomize).  Shrinking is off by default (a 40-step stateful
+example takes minutes to shrink); `QUOTASCHED_SHRINK=1` turns it on.  A failure carries its
+command sequence (JSON lines, ready for `quotasched replay`) as an exception note, and the tests
+at the end of this module hold minimal reproductions of what the machine found.
+`QUOTASCHED_SKIP_CHECKS=replay-time,stable,...` turns check groups off while triaging a known
+failure (all are on by default): cluster, purity, replay, replay-time, recovery, rules, order,
+stable, compare.  `QUOTASCHED_MACHINE_EXAMPLES` overrides the number of examples.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 from dataclasses import dataclass, field
@@ -60,12 +73,13 @@ from hypothesis.stateful import (
 
 from events import facts as F
 from events.codec import decode_command, encode
-from services.scheduler.core import State, decide, fold
+from services.scheduler.core import State, catch_up_clock, decide, fold, step
 from services.scheduler.core.views import canonical_state, state_document
 from tests.builders import Cluster
 from tests.property.conftest import REASONS, REPORTS, STRANGER, UNITS
 
-CHECKS = frozenset({"cluster", "purity", "replay", "replay-time", "rules", "order", "stable", "compare"})
+CHECKS = frozenset({"cluster", "purity", "replay", "replay-time", "recovery", "rules", "order",
+                    "stable", "compare"})  # fmt: skip
 SKIP = {name.strip() for name in os.environ.get("QUOTASCHED_SKIP_CHECKS", "").split(",") if name.strip()}
 ACTIVE = set(CHECKS - SKIP)  # the check groups of the machine that is running
 DISPATCHED = ("SCHEDULED", "STARTING", "RUNNING")
@@ -239,16 +253,31 @@ class Shadow:
                    for u, _ in job.need)  # fmt: skip
 
     def reclaim_set(self, queue: str, job: SJob) -> tuple[SJob, ...] | None:
-        """Cross-share victims that would let `job` fit (3.4 rule 4, 3.5), if any exist.
+        """Cross-share victims that would let `job` fit (3.4 rule 4, 3.5, 3.6), if any exist.
 
         Candidates are the dispatched jobs of *other* shares that are over their own limit
-        (Bor > 0) in a unit `job` needs, and that use such a unit (3.5 "who may be a victim";
-        a victim may push its share below its limit when that cannot be avoided).  Removing
-        jobs never makes a fit harder, so a victim set exists iff removing them all fits."""
+        (Bor > 0) in a unit `job` needs, and that use such a unit.  Only borrowed capacity is
+        reclaimed: a set is admissible when every victim's share keeps at least its own limit
+        of the contested units ("jobs of a share that is within its limit are never
+        cross-share victims"; 3.6: shares within their limits do not preempt each other), or
+        when it is a single job (one job straddling its share's limit may push the share below
+        it when nothing else frees enough: "accept it when that can't be avoided").  Searched
+        exhaustively over the (few) candidates, independently of the implementation's greedy."""
         candidates = self.reclaim_candidates(queue, job)
-        if candidates and not self.misfit(queue, job.share, job.need,
-                                          frozenset(c.id for c in candidates)):  # fmt: skip
-            return candidates
+        if not candidates:
+            return None
+        units = job.units()
+        shares = self.queues[queue].shares
+        for size in range(1, min(len(candidates), 8) + 1):
+            for victims in itertools.combinations(candidates, size):
+                removed = frozenset(v.id for v in victims)
+                if size > 1:
+                    use = self.usage(queue, removed)
+                    if any(use.get((v.share, u), 0) < shares[v.share].limits.get(u, 0)
+                           for v in victims for u in units):  # fmt: skip
+                        continue
+                if not self.misfit(queue, job.share, job.need, removed):
+                    return victims
         return None
 
     def reclaim_candidates(self, queue: str, job: SJob) -> tuple[SJob, ...]:
@@ -343,7 +372,7 @@ def _sharing(strategy: str, borrow: int | None) -> dict[str, Any]:
 class SchedulerMachine(RuleBasedStateMachine):
     """Decisions, lifecycle, purity, stability and the implementation's own invariants."""
 
-    CHECKS = CHECKS - {"replay", "replay-time"}
+    CHECKS = CHECKS - {"replay", "replay-time", "recovery"}
 
     def __init__(self) -> None:
         super().__init__()
@@ -355,6 +384,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         self.lines: list[str] = []
         self.facts: list[F.Fact] = []
         self.folded = State()  # a second state, built only by folding the emitted facts
+        self.recovered = State()  # a third, rebuilt as recovery does (facts + fact-less commands)
         self.now = 0.0
         self.units: dict[str, list[str]] = {}
         self.job_ids: list[str] = []
@@ -370,6 +400,9 @@ class SchedulerMachine(RuleBasedStateMachine):
         seq = self.cluster.seq + 1
         try:
             state = self.cluster.state
+            recovered = None
+            if "recovery" in ACTIVE:  # what a state recovered as the service does would decide
+                recovered = [encode(f) for f in decide(self.recovered, decode_command(line), seq)]
             if "purity" in ACTIVE:
                 before = json.dumps(canonical_state(state), sort_keys=True)
                 decide(state, decode_command(line), seq)
@@ -378,8 +411,6 @@ class SchedulerMachine(RuleBasedStateMachine):
                     _fail("purity", f"decide() changed canonical_state on {line}")
             if "cluster" not in ACTIVE:
                 self.cluster.seq = seq
-                from services.scheduler.core import step
-
                 facts = step(state, decode_command(line), seq)
             else:
                 facts = self.cluster.send(line)
@@ -391,19 +422,43 @@ class SchedulerMachine(RuleBasedStateMachine):
                     _fail("rules", f"{command['kind']} rejected={rejected}, expected {expect_rejection}: "
                           f"{[encode(f) for f in facts if isinstance(f, F.CommandRejected)]}")  # fmt: skip
             if "replay" in ACTIVE or "replay-time" in ACTIVE:
-                # fold(all facts so far), kept incrementally: fold is evolve over the facts
-                fold(facts, self.folded)
+                fold(facts, self.folded)  # fold(all facts so far), kept incrementally
                 folded, live = canonical_state(self.folded), canonical_state(state)
-                # Ruling 9 counts time from the previous command, so a fact-less command (an
-                # idle Tick) moves the live clock without a fact: the fold may lag it until the
-                # next fact, never lead it, and is exact whenever this command left a fact.
-                if folded["time"] > live["time"] or (facts and folded["time"] != live["time"]):
+                # Ruling 9 takes a command's time from the previous *command*, so a fact-less
+                # command (an idle Tick) moves the live clock without a fact: the fold alone may
+                # lag it until the next fact, never lead it, and is exact whenever this command
+                # left a fact.  (The contract keeps commands in the command stream as well as in
+                # the fact log; recovery re-decides the unrecorded ones: see "recovery".)
+                # A command whose only facts are timers (stamped at their deadlines) also moves
+                # the clock past its facts; recovery takes that back with catch_up_clock.
+                timers_only = facts and all(f.at < max(command["at"], f.at) for f in facts)
+                if folded["time"] > live["time"] or (
+                    facts and not timers_only and folded["time"] != live["time"]
+                ):
                     _fail("replay-time", "canonical_state(fold(facts)) != canonical_state(live "
                           f"state): logical time {folded['time']} vs {live['time']}")  # fmt: skip
                 folded["time"] = live["time"]
                 if json.dumps(folded, sort_keys=True) != json.dumps(live, sort_keys=True):
                     _fail("replay", "canonical_state(fold(facts)) != canonical_state(live state): "
                           + _diff(folded, live))  # fmt: skip
+            if "recovery" in ACTIVE:
+                # Recovery as the service does it (log.py `recover`, then a consumer starting
+                # after the last command the log records): fold the facts, decide again the
+                # commands that left none.  That state must equal the live one exactly and
+                # decide the next command exactly as the live one does (checked above).
+                if facts:
+                    fold(facts, self.recovered)
+                    catch_up_clock(self.recovered, line)  # a new term's first, recorded command
+                elif decide_again := step(self.recovered, decode_command(line), seq):
+                    _fail("recovery", f"re-deciding the fact-less {line} on the recovered state "
+                          f"emits {[encode(f) for f in decide_again]}")  # fmt: skip
+                rebuilt, live_state = canonical_state(self.recovered), canonical_state(state)
+                if json.dumps(rebuilt, sort_keys=True) != json.dumps(live_state, sort_keys=True):
+                    _fail("recovery", "the recovered state differs from the live one: "
+                          + _diff(rebuilt, live_state))  # fmt: skip
+            if recovered is not None and recovered != [encode(f) for f in facts]:
+                _fail("recovery", f"the recovered state decides {line} as {recovered}, the live "
+                      f"state as {[encode(f) for f in facts]}")  # fmt: skip
             if "compare" in ACTIVE:
                 self.compare()
             if "stable" in ACTIVE:
@@ -509,12 +564,13 @@ class SchedulerMachine(RuleBasedStateMachine):
         "attempts": st.one_of(st.none(), st.none(), st.integers(1, 3)),
         "timeout": st.sampled_from([None, None, None, 40, 300, 1000]),
         "ident": st.sampled_from(["id", "id", "id", "derived", "token"]),
+        "late": st.sampled_from([False] * 5 + [True]),  # an `at` behind the clock (ruling 9)
     }), min_size=1, max_size=3))  # fmt: skip
     def submit(self, jobs) -> None:
         for spec in jobs:
             self.submit_one(**spec)
 
-    def submit_one(self, q, s, prio, n, unit, retries, attempts, timeout, ident) -> None:
+    def submit_one(self, q, s, prio, n, unit, retries, attempts, timeout, ident, late) -> None:
         queue, share = self.pick_share(q, s)
         units = self.units[queue]
         shadow_share = self.shadow.queues[queue].shares.get(share)
@@ -539,6 +595,8 @@ class SchedulerMachine(RuleBasedStateMachine):
             command["retryStrategy"] = {"attempts": attempts}
         if timeout is not None:
             command["timeoutConfig"] = {"attemptDurationSeconds": timeout}
+        if late:
+            command["at"] = max(0.0, self.now - 5)
         accepted = shadow_share is not None and shadow_share.enabled
         facts = self.send(command, not accepted)
         for fact in facts:
@@ -568,8 +626,27 @@ class SchedulerMachine(RuleBasedStateMachine):
     @rule(pick=PICK, prio=st.integers(0, 9))
     def update_priority(self, pick, prio) -> None:
         job = self.shadow.jobs[self.pick_job(pick, pick % 3 == 0)]
-        self.send({"kind": "UpdateServiceJob", "jobId": job.id, "schedulingPriority": prio},
-                  job.status in TERMINAL)
+        was_terminal = job.status in TERMINAL
+        facts = self.send({"kind": "UpdateServiceJob", "jobId": job.id, "schedulingPriority": prio})
+        self._refused_iff_terminal(job, was_terminal, facts,
+                                   lambda f: isinstance(f, F.JobPriorityUpdated))  # fmt: skip
+
+    def _refused_iff_terminal(self, job: SJob, was_terminal: bool, facts: list[F.Fact], done_by) -> None:
+        """A job command is refused exactly when the job is terminal as its handler runs: the
+        timers due by the command's time fire first (their facts come first) and may end it."""
+        terminal, refused, done = was_terminal, False, False
+        for fact in facts:
+            if isinstance(fact, F.CommandRejected) or (done_by(fact) and fact.job_id == job.id):
+                refused, done = isinstance(fact, F.CommandRejected), not isinstance(fact, F.CommandRejected)
+                break
+            if getattr(fact, "job_id", None) == job.id and (
+                (isinstance(fact, F.JobStatusChanged) and fact.status.value in TERMINAL)
+                or (isinstance(fact, F.JobPreempted) and fact.outcome.value == "FAILED")
+            ):
+                terminal = True
+        if not (refused or done) or refused != terminal:
+            _fail("rules", f"command on {job.id} (terminal when handled: {terminal}): "
+                  f"refused={refused}, done={done}")  # fmt: skip
 
     @precondition(lambda self: self.job_ids)
     @rule(pick=PICK, status=st.sampled_from(REPORTS), stale=st.sampled_from([None, None, -1, +1]),
@@ -594,10 +671,11 @@ class SchedulerMachine(RuleBasedStateMachine):
     @rule(pick=PICK)
     def terminate(self, pick) -> None:
         job = self.shadow.jobs[self.pick_job(pick, pick % 2 == 0)]
-        terminal = job.status in TERMINAL
-        self.send({"kind": "TerminateServiceJob", "jobId": job.id, "reason": "stopped by test"},
-                  terminal)
-        if not terminal and (job.status != "FAILED"):
+        was_terminal = job.status in TERMINAL
+        facts = self.send({"kind": "TerminateServiceJob", "jobId": job.id, "reason": "stopped by test"})
+        self._refused_iff_terminal(job, was_terminal, facts, lambda f: isinstance(f, F.JobStatusChanged)
+                                   and f.cause.value == "TERMINATED")  # fmt: skip
+        if job.status != "FAILED" and job.status not in TERMINAL:
             _fail("rules", f"terminated job {job.id} is {job.status}, not FAILED")
 
     # -- configuration -----------------------------------------------------------------------
@@ -697,7 +775,7 @@ class ReplayMachine(SchedulerMachine):
 
     Run apart so that a replay discrepancy and a decision bug never hide each other."""
 
-    CHECKS = frozenset({"replay", "replay-time", "compare"})
+    CHECKS = frozenset({"replay", "replay-time", "recovery", "compare"})
 
 
 # -- per-fact checks -------------------------------------------------------------------------
@@ -1091,7 +1169,7 @@ def _diff(a: Any, b: Any, path: str = "") -> str:
 MACHINE_SETTINGS = settings(
     derandomize=True,
     database=None,
-    max_examples=int(os.environ.get("QUOTASCHED_MACHINE_EXAMPLES", "60")),
+    max_examples=int(os.environ.get("QUOTASCHED_MACHINE_EXAMPLES", "300")),
     stateful_step_count=40,
     deadline=None,
     phases=tuple(Phase) if os.environ.get("QUOTASCHED_SHRINK") else
@@ -1107,7 +1185,8 @@ def test_scheduler_state_machine():
 
 def test_replay_equivalence_machine():
     """canonical_state(fold(all facts so far)) == canonical_state(live state), every step."""
-    run_state_machine_as_test(ReplayMachine, settings=MACHINE_SETTINGS)
+    examples = max(1, MACHINE_SETTINGS.max_examples // 2)  # fewer checks to exercise here
+    run_state_machine_as_test(ReplayMachine, settings=settings(MACHINE_SETTINGS, max_examples=examples))
 
 
 # -- minimal reproductions of what the machine found -------------------------------------------
@@ -1164,3 +1243,67 @@ def test_reclaim_when_the_small_job_carries_the_borrowed_label():
     assert [(f.job_id, f.reason.value) for f in facts if isinstance(f, F.JobPreempted)] == [
         ("b", "CROSS_SHARE_RECLAIM")
     ]
+
+
+def _run_lines(lines: list[str]) -> tuple[SchedulerMachine, list[F.Fact]]:
+    """Feed a command file through the machine (every check on); the last command's facts."""
+    machine = SchedulerMachine()
+    facts: list[F.Fact] = []
+    for line in lines:
+        facts = machine.send(json.loads(line))
+    return machine, facts
+
+
+_G5 = '[{"capacityUnit": "ml.g5.xlarge", "quantity": %d}]'
+_M5 = '[{"capacityUnit": "ml.m5.xlarge", "quantity": %d}]'
+
+
+def _story(se: str, shares: list[tuple[str, str, str]], jobs: list[tuple[str, str, str]]) -> list[str]:
+    lines = ['{"at": 0, "kind": "CreateServiceEnvironment", "serviceEnvironmentName": "se", "capacityLimits": %s}' % se,
+             '{"at": 0, "kind": "CreateSchedulingPolicy", "name": "sp", "quotaSharePolicy": {"idleResourceAssignmentStrategy": "FIFO"}}',
+             '{"at": 0, "kind": "CreateJobQueue", "jobQueueName": "q", "serviceEnvironmentOrder": [{"order": 1, "serviceEnvironment": "se"}], "schedulingPolicy": "sp"}']  # fmt: skip
+    for name, limits, sharing in shares:
+        lines.append('{"at": 0, "kind": "CreateQuotaShare", "jobQueue": "q", "quotaShareName": "%s", "capacityLimits": %s, '
+                     '"resourceSharingConfiguration": %s, "preemptionConfiguration": {"inSharePreemption": "DISABLED"}}'
+                     % (name, limits, sharing))  # fmt: skip
+    for at, (job_id, share, usage) in enumerate(jobs, start=1):
+        lines.append('{"at": %d, "kind": "SubmitServiceJob", "jobId": "%s", "jobName": "%s", "jobQueue": "q", '
+                     '"quotaShareName": "%s", "capacityUsage": %s}' % (at, job_id, job_id, share, usage))  # fmt: skip
+    return lines
+
+
+def test_reclaim_frees_borrowed_capacity_only_and_never_a_share_back_at_its_limit():
+    """SE 2 (less than the limits' 3); x LEND_AND_BORROW limit 1 runs x1 and x2 (x2 borrowing
+    y's idle instance); y LEND limit 2 submits y1 (2).  Reclaiming x2 gives y its lent instance
+    back, but y1 still does not fit: the environment is oversubscribed, and x, back at its own
+    limit, is within its limit.  Spec 3.4 rule 4 ("jobs of a share that is within its limit are
+    never cross-share victims", only borrowed capacity is restored) and 3.6 ("a share below its
+    own limit can't preempt another share that is also below its limit; it waits"): no victim
+    set exists, nothing is preempted, y1 waits.  x2's borrowing stays backed by y's idle
+    instances (ruling 1).  (Pushing a share below its limit is accepted only for a single job
+    that straddles the limit, see test_reclaim_when_the_small_job_carries_the_borrowed_label.)"""
+    lines = _story('[{"capacityUnit": "ml.g5.xlarge", "maxCapacity": 2}]',
+                   [("x", '[{"capacityUnit": "ml.g5.xlarge", "maxCapacity": 1}]', '{"strategy": "LEND_AND_BORROW", "borrowLimit": 100}'),
+                    ("y", '[{"capacityUnit": "ml.g5.xlarge", "maxCapacity": 2}]', '{"strategy": "LEND"}')],
+                   [("x1", "x", _G5 % 1), ("x2", "x", _G5 % 1), ("y1", "y", _G5 % 2)])  # fmt: skip
+    machine, facts = _run_lines(lines)
+    assert [f for f in facts if isinstance(f, F.JobPreempted)] == []
+    assert machine.shadow.jobs["y1"].status == "RUNNABLE"
+
+
+def test_owner_reclaims_after_a_borrowing_dispatch_in_the_same_pass():
+    """SE 7 ml.m5.xlarge; x LEND_AND_BORROW limit 4 runs a (4); y LEND limit 4 waits with b (4)
+    (the SE is full for it, and nobody is over a limit yet).  x submits c (1): c borrows one of
+    y's idle instances, so x is now over its limit and b can reclaim: a alone frees enough
+    ({a} is the only minimal set).  Ruling 4: the pass repeats until nothing more can be
+    placed; the implementation's own full re-evaluation (check_stable) emits exactly that.
+    Found: the pass stops after c (a borrowing dispatch only marks its own share dirty)."""
+    lines = _story('[{"capacityUnit": "ml.m5.xlarge", "maxCapacity": 7}]',
+                   [("x", '[{"capacityUnit": "ml.m5.xlarge", "maxCapacity": 4}]', '{"strategy": "LEND_AND_BORROW", "borrowLimit": -1}'),
+                    ("y", '[{"capacityUnit": "ml.m5.xlarge", "maxCapacity": 4}]', '{"strategy": "LEND"}')],
+                   [("a", "x", _M5 % 4), ("b", "y", _M5 % 4), ("c", "x", _M5 % 1)])  # fmt: skip
+    machine, facts = _run_lines(lines)
+    assert [(f.job_id, f.reason.value) for f in facts if isinstance(f, F.JobPreempted)] == [
+        ("a", "CROSS_SHARE_RECLAIM")]  # fmt: skip
+    assert {j: machine.shadow.jobs[j].status for j in "abc"} == {
+        "a": "RUNNABLE", "b": "SCHEDULED", "c": "SCHEDULED"}  # fmt: skip

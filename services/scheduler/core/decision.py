@@ -83,6 +83,22 @@ def step(state: State, command: C.Command, seq: int, stamp: float | None = None)
     return round_.facts
 
 
+def catch_up_clock(state: State, data: bytes | str, stamp: float | None = None) -> None:
+    """Set the clock as deciding this (already recorded) command set it, without deciding it.
+
+    Recovery folds the fact log and then decides again every command after the last one the
+    log records.  The last recorded command itself may have moved the clock past its own facts
+    (a Tick whose only fact is a timer stamped at its earlier deadline); this restores that.
+    """
+    try:
+        command = decode_command(data)
+    except DecodeError:
+        return
+    at = command.at if command.at is not None else stamp
+    if at is not None and at > state.time:
+        state.set_time(at)
+
+
 def decide(state: State, command: C.Command, seq: int) -> list[F.Fact]:
     """The facts `command` would produce, leaving `state` exactly as it was."""
     with state.trial():
