@@ -176,10 +176,12 @@ def _dispatched(state: State, fact: F.JobDispatched) -> None:
     state.put(share.dispatched, job.job_id, job)
     add_usage(state, queue, share, job.need, +1)
     state.drop(state.blocked, job.job_id)
-    if fact.borrowed:
-        # The share is now over its limit: its jobs have become reclaim candidates for the
-        # owners that were waiting, so every head of the queue must be looked at again.
-        state.mark_dirty(queue)
+    for item in fact.borrowed:
+        # The share is now over its limit in this unit: its jobs have become reclaim
+        # candidates for waiting owners that need the unit, so look at those heads again.
+        names = queue.listing.get(item.capacity_unit)
+        if names:
+            state.mark_dirty(queue, *names)
     if job.attempt_timeout_s is not None:
         entry = (fact.at + job.attempt_timeout_s, job.job_id, job.attempt)
         state.push(state.timeouts, entry)  # validated when it comes due, like heap entries
