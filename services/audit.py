@@ -16,7 +16,7 @@ Two sources feed the same `verify`:
 - files: a replay command file (`quotasched replay` input) and the fact log it printed (or
   `quotasched facts` printed);
 - the live bus: QM_COMMANDS read in stream order with each message's sequence, subject and
-  timestamp (the scheduler's own `_sequence_and_time`, so a command without `at`, every Tick
+  timestamp (the scheduler's own `sequence_and_time`, so a command without `at`, every Tick
   included, gets the exact stamp the scheduler used), and QM_FACTS.  The log's end is taken
   before the command stream's, so every recorded fact's command is read; commands after the
   last decided one are reported as not decided yet, and a command whose facts are still being
@@ -687,7 +687,7 @@ class BusReader:
         from nats.js.api import ConsumerConfig, DeliverPolicy
 
         from events.subjects import COMMANDS_PREFIX, COMMANDS_STREAM
-        from services.scheduler.service import _sequence_and_time
+        from services.scheduler.service import sequence_and_time
 
         if end == 0:
             await self._put(self._commands, _END)
@@ -707,7 +707,7 @@ class BusReader:
                 msg = await inbox.get()
                 # The very function the scheduler stamps commands with (sequence and time
                 # from the ack subject, at nanosecond precision, or from the metadata).
-                seq, stamp = _sequence_and_time(msg)
+                seq, stamp = sequence_and_time(msg)
                 if seq > end:
                     break
                 batch.append(CommandRecord(seq, msg.subject, msg.data, stamp))

@@ -187,7 +187,7 @@ class Scheduler:
         out: list[tuple[str, bytes, dict[str, str]]] = []
         decided = recovered.decided_through
         for msg in batch:
-            seq, stamp = _sequence_and_time(msg)
+            seq, stamp = sequence_and_time(msg)
             if seq <= recovered.decided_through:
                 if seq == recovered.decided_through:
                     catch_up_clock(state, msg.data, stamp)  # the clock it left, not just its facts
@@ -295,7 +295,7 @@ class Scheduler:
             await msg.respond(json.dumps(response).encode())
 
 
-def _sequence_and_time(msg) -> tuple[int, float]:
+def sequence_and_time(msg) -> tuple[int, float]:
     """Stream sequence and timestamp (seconds) of a command, from the v1 ack subject
     `$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts ns>.<pending>` when it has
     that form (parsing it is 4x cheaper than `msg.metadata`)."""
