@@ -139,21 +139,31 @@ class FactAppender:
         self._pending.clear()
 
     async def append(self, messages: list[tuple[str, bytes, dict[str, str]]]) -> list[asyncio.Future]:
-        """Send messages (subject, payload, headers); returns one future per message, each
-        resolving to its stream sequence or failing with AppendRefused."""
+        """Send messages (subject, payload, headers); returns a future for the last one,
+        resolving to its stream sequence or failing with AppendRefused.
+
+        Only the last message asks for an ack: the chain makes it speak for all of them.  If
+        any earlier message was not stored (refused, or lost), the next one expects a sequence
+        the stream never reached and is refused, and so is every one after it, the last
+        included.  So the last one stored means every one was stored, in order.
+        """
+        if not messages:
+            return []
         loop = asyncio.get_running_loop()
-        futures = []
-        for subject, payload, headers in messages:
-            self._token += 1
-            future = loop.create_future()
-            self._pending[self._token] = future
+        last = len(messages) - 1
+        future = loop.create_future()
+        for index, (subject, payload, headers) in enumerate(messages):
             headers["Nats-Expected-Last-Subject-Sequence"] = str(self.next_expected)
             headers["Nats-Expected-Last-Subject-Sequence-Subject"] = self.subject_filter
-            await self.nc.publish(subject, payload, reply=f"{self._inbox}.{self._token}",
-                                  headers=headers)  # fmt: skip
+            if index == last:
+                self._token += 1
+                self._pending[self._token] = future
+                await self.nc.publish(subject, payload, reply=f"{self._inbox}.{self._token}",
+                                      headers=headers)  # fmt: skip
+            else:
+                await self.nc.publish(subject, payload, headers=headers)
             self.next_expected += 1
-            futures.append(future)
-        return futures
+        return [future]
 
     async def _on_ack(self, msg) -> None:
         future = self._pending.pop(int(msg.subject.rsplit(".", 1)[1]), None)
