@@ -28,7 +28,14 @@ from nats.js.errors import NotFoundError
 
 from events.codec import encode
 from events.facts import Fact
-from events.subjects import API_PREFIX, COMMANDS_PREFIX, COMMANDS_STREAM, command_subject, fact_subject
+from events.subjects import (
+    API_PREFIX,
+    COMMANDS_PREFIX,
+    COMMANDS_STREAM,
+    command_subject,
+    fact_subject,
+    parse_command_subject,
+)
 from services import logs
 from services.bus import AppendRefused, FactAppender, ensure_streams
 from services.scheduler.api import answer
@@ -206,9 +213,10 @@ class Scheduler:
                 decided = seq
                 recovered.decided_through = seq
                 if facts[0].kind == "CommandRejected":
-                    log.info("command rejected", stream_seq=seq, subject=msg.subject,
-                             job_id=getattr(facts[0], "job_id", None),
-                             reason=facts[0].status_reason)  # fmt: skip
+                    queue, share, _ = parse_command_subject(msg.subject)
+                    log.info("command rejected", stream_seq=seq, job_queue=queue,
+                             quota_share=share, job_id=getattr(facts[0], "job_id", None),
+                             subject=msg.subject, reason=facts[0].status_reason)  # fmt: skip
         self.commands_decided += len(batch)
         return out, decided
 
