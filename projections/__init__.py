@@ -1,1 +1,21 @@
-"""DuckDB projections of the fact log (per-queue, per-share and per-job utilization)."""
+"""DuckDB projections of the fact log (per-queue, per-share and per-job utilization).
+
+    store    open(path) -> ProjectionStore: apply(batch of (seq, fact)), position()
+    rebuild  rebuild_from_file / rebuild_from_stream: a fresh database from the log
+    queries  AWS-shaped answers, utilization rollups and checksums from a connection
+    schema, views, rollups, rows, checks: the SQL (tables, views, macros, fact -> rows)
+
+See projections/README.md for the tables, the rollup definitions and example queries.
+"""
+
+from projections.queries import QueryError, answer, checksum, utilization
+from projections.rebuild import Rebuilt, rebuild_from_file, rebuild_from_stream
+from projections.errors import FactNotApplicable, ProjectionError, ProjectionLocked, SchemaMismatch
+from projections.schema import SCHEMA_VERSION
+from projections.store import ProjectionStore, open  # noqa: A004 (the store's open)
+
+__all__ = [
+    "SCHEMA_VERSION", "FactNotApplicable", "ProjectionError", "ProjectionLocked",
+    "ProjectionStore", "QueryError", "Rebuilt", "SchemaMismatch", "answer", "checksum", "open",
+    "rebuild_from_file", "rebuild_from_stream", "utilization",
+]  # fmt: skip

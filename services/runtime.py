@@ -1,7 +1,9 @@
-"""The composition root: wire the server, the scheduler and an executor into one running stack.
+"""The composition root: wire the server, the scheduler, the projector and an executor into one
+running stack.
 
-`quotasched up`, `quotasched scheduler`, `quotasched executor` and `quotasched demo` all start
-through here, so there is one place that decides what runs and in which order.
+`quotasched up`, `quotasched scheduler`, `quotasched projector`, `quotasched executor` and
+`quotasched demo` all start through here, so there is one place that decides what runs and in
+which order: server, scheduler, projector (optional), executor; stopped in the reverse order.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from services import logs
 from services.bus import connect, ensure_streams
 from services.embedded import EmbeddedServer
 from services.executors.app import build_executor
+from services.projector.service import Projector, ProjectorOptions
 from services.scheduler.service import Scheduler
 from services.settings import Settings
 
@@ -33,7 +36,12 @@ class Stack:
     """Everything `quotasched up` runs, as an async context manager."""
 
     def __init__(self, settings: Settings, *, port: int | None = None, executor: str = "simulated",
-                 speed: float = 1.0, scheduler: bool = True):  # fmt: skip
+                 speed: float = 1.0, scheduler: bool = True, projector_db: str | None = None,
+                 projector_required: bool = False):  # fmt: skip
+        """`projector_db`: run a projector writing that DuckDB file.  If it stops on a fact it
+        cannot apply, the rest of the stack runs on (the projection is disposable; the
+        scheduler does not depend on it) and `failed` holds the error, unless
+        `projector_required` (`quotasched projector`), which stops the whole stack."""
         self.settings = settings
         self.port = port
         self.executor_kind = executor
@@ -42,11 +50,24 @@ class Stack:
         self.url = settings.nats_url
         self.server: EmbeddedServer | None = None
         self.scheduler: Scheduler | None = None
+        self.projector_db = projector_db
+        self.projector_required = projector_required
+        self.projector: Projector | None = None
+        self.failed: BaseException | None = None  # why the projector stopped, if it did
         self.stop = asyncio.Event()
         self._exit = AsyncExitStack()
         self._task: asyncio.Task | None = None
+        self._projector_task: asyncio.Task | None = None
 
     async def __aenter__(self) -> Stack:
+        try:
+            return await self._start()
+        except BaseException:
+            self.stop.set()  # `async with` does not call __aexit__ when __aenter__ fails
+            await self._exit.aclose()
+            raise
+
+    async def _start(self) -> Stack:
         if self.url is None:
             self.server = EmbeddedServer(self.settings.data_dir, self.port).start()
             self._exit.callback(self.server.stop)
@@ -60,12 +81,50 @@ class Stack:
             self._task = asyncio.create_task(self.scheduler.run(self.stop))
             self._exit.push_async_callback(self._stop_scheduler)
             await asyncio.wait_for(self.scheduler.leading.wait(), self.settings.lease_ttl_s * 3)
+        if self.projector_db is not None:
+            await self._start_projector()
         if self.executor_kind != "none":
             broker = NatsBroker(self.url, logger=None)
             build_executor(broker, self.executor_kind, speed=self.speed)
             await broker.start()
             self._exit.push_async_callback(broker.stop)
         return self
+
+    async def _start_projector(self) -> None:
+        pnc = await connect(self.url, "quotasched-projector")
+        self._exit.push_async_callback(pnc.close)
+        self.projector = Projector(pnc, self.projector_db, ProjectorOptions())
+        self._projector_task = asyncio.create_task(self.projector.run(self.stop))
+        self._exit.push_async_callback(self._stop_projector)
+        ready = asyncio.create_task(self.projector.ready.wait())
+        try:
+            await asyncio.wait({ready, self._projector_task}, timeout=30.0,
+                               return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
+        finally:
+            ready.cancel()
+        if self._projector_task.done():
+            self._projector_task.result()  # raises why it could not start
+        if not self.projector.ready.is_set():
+            raise TimeoutError("the projector did not start within 30 s")
+        self._projector_task.add_done_callback(self._projector_ended)
+
+    def _projector_ended(self, task: asyncio.Task) -> None:
+        if task.cancelled() or task.exception() is None:
+            return
+        self.failed = task.exception()
+        if self.projector_required:
+            self.stop.set()
+        elif not self.stop.is_set():
+            log.error("the projector stopped; the scheduler and the executor run on",
+                      db=self.projector_db, error=str(self.failed))  # fmt: skip
+
+    async def _stop_projector(self) -> None:
+        self.stop.set()
+        if self._projector_task is not None:
+            try:
+                await self._projector_task
+            except Exception as error:  # reported through `failed` (or raised at start)
+                self.failed = self.failed or error
 
     async def _stop_scheduler(self) -> None:
         self.stop.set()
@@ -78,10 +137,13 @@ class Stack:
 
 
 async def serve(settings: Settings, *, port: int | None, executor: str, speed: float,
-                announce: Callable[[str], None]) -> None:  # fmt: skip
-    """Run until SIGINT/SIGTERM; the first thing announced is the NATS URL."""
-    async with Stack(settings, port=port, executor=executor, speed=speed) as stack:
+                announce: Callable[[str], None], projector_db: str | None = None) -> int:  # fmt: skip
+    """Run until SIGINT/SIGTERM; the first thing announced is the NATS URL.  Returns the exit
+    status: 1 if the projector stopped on a fact it could not apply, else 0."""
+    async with Stack(settings, port=port, executor=executor, speed=speed,
+                     projector_db=projector_db) as stack:  # fmt: skip
         announce(stack.url)
         stop_on_signals(stack.stop)
         await stack.stop.wait()
     log.info("stopped")
+    return 1 if stack.failed is not None else 0

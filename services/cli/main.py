@@ -170,11 +170,16 @@ def up(
     port: Annotated[Optional[int], typer.Option("--port", help="Port of the embedded server (default: a free one).")] = None,
     executor: Annotated[str, typer.Option("--executor", help="simulated, process or none")] = "simulated",
     speed: Annotated[float, typer.Option("--speed", help="Simulated executor: time speed-up factor.")] = 1.0,
+    db: Annotated[Optional[Path], typer.Option("--db", help="The projector's DuckDB file (default: <data-dir>/quotasched.duckdb).")] = None,
+    no_projector: Annotated[bool, typer.Option("--no-projector", help="Do not run the projector.")] = False,
 ) -> None:
-    """Start everything: nats-server (unless --nats-url), the scheduler and an executor.
+    """Start everything: nats-server (unless --nats-url), the scheduler, the projector and an
+    executor.
 
     The first line printed is the NATS URL to point the CLI and clients at.  Ctrl-C stops it
-    all cleanly; starting again on the same --data-dir resumes where it stopped.
+    all cleanly; starting again on the same --data-dir resumes where it stopped.  The projector
+    keeps --db up to date with the fact log and answers queries over NATS (qm.proj.*); while it
+    runs, no other process can open that file.
     """
     import asyncio
 
@@ -186,8 +191,21 @@ def up(
         raise typer.Exit(2)
     logs.configure()
     settings = _settings(nats_url, data_dir=str(data_dir))
-    asyncio.run(serve(settings, port=port, executor=executor, speed=speed,
-                      announce=lambda url: print(url, flush=True)))
+    projector_db = None if no_projector else str(db if db is not None else data_dir / "quotasched.duckdb")
+    try:
+        code = asyncio.run(serve(settings, port=port, executor=executor, speed=speed,
+                                 announce=lambda url: print(url, flush=True),
+                                 projector_db=projector_db))  # fmt: skip
+    except Exception as error:
+        from projections.schema import SchemaMismatch
+        from projections.store import ProjectionError
+        from services.projector.service import ProjectorError
+
+        if not isinstance(error, (ProjectorError, ProjectionError, SchemaMismatch)):
+            raise
+        typer.echo(f"quotasched up: the projector cannot start: {error}", err=True)
+        raise typer.Exit(2) from None
+    raise typer.Exit(code)
 
 
 @app.command()
@@ -245,6 +263,52 @@ def executor_command(
     asyncio.run(run())
 
 
+@app.command("projector")
+def projector_command(
+    nats_url: NatsUrl = None,
+    db: Annotated[Path, typer.Option("--db", envvar="QUOTASCHED_PROJECTION_DB", help="The DuckDB file to keep up to date (created when new).")] = Path(".quotasched/quotasched.duckdb"),
+) -> None:
+    """Run the projector: apply the fact log to a DuckDB file and answer queries over NATS.
+
+    It resumes from the last fact the file applied.  It is the only process that opens the
+    file: other processes ask it (qm.proj.sql, qm.proj.describe-service-job, qm.proj.position,
+    ...).  Tuning: QUOTASCHED_PROJECTOR_MAX_BATCH, QUOTASCHED_PROJECTOR_MAX_WAIT_MS.
+
+    Exit status: 0 stopped by a signal; 1 a fact could not be applied (the log says which; the
+    file stops right before it); 2 NATS unreachable, the file is in use or is not a
+    projection of this log.
+    """
+    import asyncio
+
+    from projections.schema import SchemaMismatch
+    from projections.store import ProjectionError
+    from services import logs
+    from services.bus import Unreachable
+    from services.projector.service import ProjectorError, ProjectorHalted
+    from services.runtime import Stack, stop_on_signals
+
+    if nats_url is None:
+        typer.echo("quotasched projector: --nats-url (or QUOTASCHED_NATS_URL) is required", err=True)
+        raise typer.Exit(2)
+    logs.configure()
+
+    async def run() -> BaseException | None:
+        async with Stack(_settings(nats_url), executor="none", scheduler=False,
+                         projector_db=str(db), projector_required=True) as stack:  # fmt: skip
+            stop_on_signals(stack.stop)
+            await stack.stop.wait()
+        return stack.failed
+
+    try:
+        failed = asyncio.run(run())
+    except (Unreachable, ProjectorError, ProjectionError, SchemaMismatch) as error:
+        typer.echo(f"quotasched projector: {error}", err=True)
+        raise typer.Exit(2) from None
+    if failed is not None:
+        typer.echo(f"quotasched projector: {failed}", err=True)
+        raise typer.Exit(1 if isinstance(failed, ProjectorHalted) else 2)
+
+
 @app.command("facts-check", hidden=True)
 def facts_check(file: Path) -> None:
     """Validate a fact log (JSON Lines) against the fact schema."""
@@ -257,6 +321,7 @@ def facts_check(file: Path) -> None:
 from services.cli.aws import register; register(app)  # noqa: E402,E702  (aws verbs, apply, facts)
 from services.cli.projections_cli import register as register_projections; register_projections(app)  # noqa: E402,E702
 from services.cli.audit_cli import register as _audit; _audit(app)  # noqa: E402,E702  (audit verify, explain)
+from services.cli.report_cli import register as _report; _report(app)  # noqa: E402,E702  (report: charts)
 
 
 def main() -> None:

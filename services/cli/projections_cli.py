@@ -75,7 +75,8 @@ def _open_read_only(db: str):
 def rebuild(
     db: DbOpt,
     facts: Annotated[Optional[str], typer.Option(
-        "--facts", help="A fact file (JSON Lines, as `quotasched replay` or `facts` print).")] = None,
+        "--facts", help="A fact file (JSON Lines, as `quotasched replay` or `facts` print)."),
+    ] = None,
     nats_url: Annotated[Optional[str], typer.Option(
         "--nats-url", envvar="QUOTASCHED_NATS_URL", help="Read QM_FACTS from this server.")] = None,
     progress: Annotated[bool, typer.Option(help="Draw a progress bar.")] = True,
@@ -104,18 +105,25 @@ def _from_stream(url: str, db: str, progress: bool):
     import asyncio
 
     import nats
+    from nats.js.errors import NotFoundError
 
     from projections.rebuild import rebuild_from_stream
+
+    async def quiet(error: Exception) -> None:  # nats-py would print a traceback per attempt
+        pass
 
     async def work():
         try:
             nc = await nats.connect(url, connect_timeout=3, max_reconnect_attempts=1,
-                                    reconnect_time_wait=0.2)  # fmt: skip
+                                    reconnect_time_wait=0.2, error_cb=quiet)  # fmt: skip
         except Exception as error:
             raise _fail(f"quotasched: cannot reach the NATS server at {url}: {error}",
                         EXIT_USAGE) from None  # fmt: skip
         try:
             return await rebuild_from_stream(nc.jetstream(), db, progress=progress)
+        except NotFoundError:
+            raise _fail(f"quotasched: no fact stream on the NATS server at {url}",
+                        EXIT_USAGE) from None  # fmt: skip
         finally:
             await nc.close()
 

@@ -1,0 +1,234 @@
+"""Read functions over a projection connection: AWS-shaped answers, rollups, checksums.
+
+`describe_service_job`, `list_service_jobs` and `get_job_queue_snapshot` take the same request
+dicts as the scheduler's `services/scheduler/api.py` and give the same answers (the tests check
+this on every example scenario), but from the projection, so they need no running scheduler,
+only a DuckDB file.  `answer(con, verb, request)` dispatches like `api.answer`.
+
+Every function only reads; pass a read-only connection (`store.open(path, read_only=True).con`)
+or, inside the projector's process, a `con.cursor()`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from projections import schema, views
+
+ARN = "arn:aws:batch:local:000000000000"  # as services/scheduler/api.py answers
+
+
+class QueryError(ValueError):
+    """The request names something the projection does not know (AWS: ClientException)."""
+
+
+def _ms(at: float | None) -> int | None:
+    return None if at is None else int(round(at * 1000))
+
+
+def _name(value: Any) -> Any:
+    if isinstance(value, str) and value.startswith("arn:"):
+        return value.rsplit("/", 1)[-1]
+    return value
+
+
+def _dicts(con, query: str, params: Any = None) -> list[dict[str, Any]]:
+    cursor = con.execute(query, params) if params is not None else con.execute(query)
+    names = [column[0] for column in cursor.description]
+    return [dict(zip(names, row)) for row in cursor.fetchall()]
+
+
+_SUMMARY_COLUMNS = """job_id, job_name, job_queue, quota_share, priority, status, status_reason,
+    submitted_at, last_dispatched_at, capacity_usage, last_attempt, is_terminated"""
+
+
+def _summary(job: dict[str, Any]) -> dict[str, Any]:
+    summary = {
+        "jobArn": f"{ARN}:job/{job['job_id']}", "jobId": job["job_id"],
+        "jobName": job["job_name"], "jobQueue": job["job_queue"],
+        "serviceJobType": "SAGEMAKER_TRAINING", "status": job["status"],
+        "statusReason": job["status_reason"], "quotaShareName": job["quota_share"],
+        "schedulingPriority": job["priority"], "createdAt": _ms(job["submitted_at"]),
+        "scheduledAt": _ms(job["last_dispatched_at"]),
+        "capacityUsage": [{"capacityUnit": item["capacity_unit"], "quantity": item["quantity"]}
+                          for item in job["capacity_usage"]],
+        "attempt": job["last_attempt"],
+    }  # fmt: skip
+    if job["is_terminated"]:
+        summary["isTerminated"] = True
+    return summary
+
+
+def describe_service_job(con, request: dict) -> dict[str, Any]:
+    job_id = _name(request.get("jobId"))
+    found = _dicts(con, "SELECT * FROM jobs WHERE job_id = $id", {"id": job_id})
+    if not found:
+        raise QueryError(f"Job {job_id} does not exist")
+    job = found[0]
+    borrowed = con.execute(
+        "SELECT capacity_unit, borrowed FROM allocation_starts WHERE job_id = $id "
+        "AND attempt = $attempt AND borrowed > 0 ORDER BY unit_index",
+        {"id": job_id, "attempt": job["last_attempt"]},
+    ).fetchall()
+    described = _summary(job)
+    described.update({
+        "borrowed": [{"capacityUnit": unit, "quantity": n} for unit, n in borrowed],
+        "preemptionConfiguration": (
+            None if job["preemption_retries"] is None
+            else {"preemptionRetriesBeforeTermination": job["preemption_retries"]}
+        ),
+        "retryStrategy": {"attempts": job["retry_attempts"] or 1},
+        "attemptsUsed": job["attempts_used"],
+        "timeoutConfig": (None if job["attempt_timeout_s"] is None
+                          else {"attemptDurationSeconds": job["attempt_timeout_s"]}),
+    })  # fmt: skip
+    if job["preempted_attempt_count"]:
+        described["preemptionSummary"] = {"preemptedAttemptCount": job["preempted_attempt_count"]}
+    return described
+
+
+def _queue_exists(con, queue: Any) -> None:
+    if not con.execute("SELECT count(*) FROM queue_config WHERE job_queue = $q",
+                       {"q": queue}).fetchone()[0]:  # fmt: skip
+        raise QueryError(f"Job queue {queue} does not exist")
+
+
+def list_service_jobs(con, request: dict) -> dict[str, Any]:
+    """Newest first.  `jobStatus` defaults to RUNNING; a JOB_NAME filter ignores the status,
+    a QUOTA_SHARE_NAME filter combines with it (as the scheduler answers)."""
+    queue = _name(request.get("jobQueue"))
+    _queue_exists(con, queue)
+    filters = {item["name"]: item.get("values", []) for item in request.get("filters") or []}
+    unknown = set(filters) - {"QUOTA_SHARE_NAME", "JOB_NAME", "BEFORE_CREATED_AT",
+                              "AFTER_CREATED_AT"}
+    if "SHARE_IDENTIFIER" in unknown:
+        raise QueryError("SHARE_IDENTIFIER filters fair-share queues; use QUOTA_SHARE_NAME")
+    if unknown:
+        raise QueryError(f"Unknown filter {sorted(unknown)[0]}; expected QUOTA_SHARE_NAME, "
+                         "JOB_NAME, BEFORE_CREATED_AT or AFTER_CREATED_AT")  # fmt: skip
+    where, params = ["job_queue = $queue"], {"queue": queue}
+    patterns = filters.get("JOB_NAME", [])
+    status = request.get("jobStatus") or "RUNNING"
+    if not patterns and status != "ALL":
+        where.append("status = $status")
+        params["status"] = status
+    if filters.get("QUOTA_SHARE_NAME"):
+        where.append("list_contains($shares, quota_share)")
+        params["shares"] = list(filters["QUOTA_SHARE_NAME"])
+    if patterns:  # AWS: a trailing * matches a prefix; case-insensitive
+        matches = []
+        for index, pattern in enumerate(patterns):
+            params[f"name{index}"] = pattern.lower().rstrip("*") if pattern.endswith("*") \
+                else pattern.lower()
+            matches.append(f"starts_with(lower(job_name), $name{index})" if pattern.endswith("*")
+                           else f"lower(job_name) = $name{index}")
+        where.append(f"({' OR '.join(matches)})")
+    for name, op in (("BEFORE_CREATED_AT", "<"), ("AFTER_CREATED_AT", ">")):
+        bound = _created_bound(filters.get(name))
+        if bound is not None:
+            where.append(f"CAST(round(submitted_at * 1000) AS BIGINT) {op} ${name.lower()}")
+            params[name.lower()] = bound
+    params["limit"] = int(request.get("maxResults") or 100)
+    jobs = _dicts(con, f"SELECT {_SUMMARY_COLUMNS} FROM jobs WHERE {' AND '.join(where)} "
+                       "ORDER BY submitted_seq DESC LIMIT $limit", params)  # fmt: skip
+    return {"jobSummaryList": [_summary(job) for job in jobs]}
+
+
+def _created_bound(values: list | None) -> int | None:
+    if not values:
+        return None
+    try:
+        return int(values[0])
+    except (TypeError, ValueError):
+        raise QueryError(f"created-at filters take epoch milliseconds, not {values[0]!r}") from None
+
+
+def get_job_queue_snapshot(con, request: dict) -> dict[str, Any]:
+    queue = _name(request.get("jobQueue"))
+    _queue_exists(con, queue)
+    params = {"q": queue}
+    front = con.execute(
+        "SELECT job_id, submitted_at FROM jobs WHERE job_queue = $q AND status = 'RUNNABLE' "
+        "ORDER BY priority DESC, submitted_seq LIMIT 100", params).fetchall()  # fmt: skip
+    heads = dict((share, (job_id, at)) for share, job_id, at in con.execute(
+        "SELECT quota_share, job_id, submitted_at FROM jobs WHERE job_queue = $q "
+        "AND status = 'RUNNABLE' QUALIFY row_number() OVER (PARTITION BY quota_share "
+        "ORDER BY priority DESC, submitted_seq) = 1", params).fetchall())  # fmt: skip
+    shares = [row[0] for row in con.execute(
+        "SELECT quota_share FROM quota_shares WHERE job_queue = $q ORDER BY created_seq",
+        params).fetchall()]  # fmt: skip
+    share_use: dict[str, list] = {}
+    for share, unit, n in con.execute(
+        "SELECT quota_share, capacity_unit, arg_max(in_use, seq) AS n FROM share_usage "
+        "WHERE job_queue = $q GROUP BY ALL HAVING n <> 0 ORDER BY capacity_unit", params,
+    ).fetchall():  # fmt: skip
+        share_use.setdefault(share, []).append({"capacityUnit": unit, "quantity": float(n)})
+    total = con.execute(
+        "SELECT capacity_unit, arg_max(in_use, seq) AS n FROM queue_usage WHERE job_queue = $q "
+        "GROUP BY ALL HAVING n <> 0 ORDER BY capacity_unit", params).fetchall()  # fmt: skip
+
+    def position(job_id: str, at: float) -> dict[str, Any]:
+        return {"jobArn": f"{ARN}:job/{job_id}", "earliestTimeAtPosition": _ms(at)}
+
+    return {
+        "frontOfQueue": {"jobs": [position(job_id, at) for job_id, at in front]},
+        "frontOfQuotaShares": {"quotaShares": {
+            share: [position(*heads[share])] if share in heads else [] for share in shares
+        }},
+        "queueUtilization": {
+            "totalCapacityUsage": [{"capacityUnit": u, "quantity": float(n)} for u, n in total],
+            "quotaShareUtilization": {"topCapacityUtilization": [
+                {"quotaShareName": share, "capacityUsage": share_use[share]}
+                for share in shares if share in share_use
+            ]},
+        },
+    }  # fmt: skip
+
+
+VERBS = {
+    "describe-service-job": describe_service_job,
+    "list-service-jobs": list_service_jobs,
+    "get-job-queue-snapshot": get_job_queue_snapshot,
+}
+
+
+def answer(con, verb: str, request: dict) -> dict[str, Any]:
+    """Like services.scheduler.api.answer: a ClientException document on a bad request."""
+    handler = VERBS.get(verb)
+    if handler is None:
+        raise QueryError(f"Unknown operation {verb}; expected one of {', '.join(VERBS)}")
+    try:
+        return handler(con, request)
+    except QueryError as error:
+        return {"error": {"type": "ClientException", "message": str(error)}}
+
+
+def utilization(con, t0: float, t1: float, bucket_s: float = 3600,
+                per: str = "share") -> list[dict[str, Any]]:  # fmt: skip
+    """Rows of the `utilization` (per="share") or `queue_utilization` (per="queue") macro;
+    the measures are defined in rollups.py."""
+    macro = {"share": "utilization", "queue": "queue_utilization"}[per]
+    return _dicts(con, f"SELECT * FROM {macro}($t0, $t1, $bucket)",
+                  {"t0": float(t0), "t1": float(t1), "bucket": float(bucket_s)})  # fmt: skip
+
+
+def checksum(con) -> dict[str, tuple[int, int]]:
+    """(rows, order-independent hash of every row) of every table and view: two projections
+    of the same facts must give equal dicts, whatever their batch sizes."""
+    result = {}
+    for name in (*schema.TABLES, *views.VIEWS):
+        rows, digest = con.execute(
+            f"SELECT count(*), coalesce(sum(hash(t)::HUGEINT), 0) FROM {name} t").fetchone()
+        result[name] = (rows, int(digest))
+    return result
+
+
+def run_sql(con, query: str) -> tuple[list[str], list[tuple]]:
+    cursor = con.execute(query)
+    if cursor.description is None:
+        return [], []
+    return [column[0] for column in cursor.description], cursor.fetchall()
+
+
+__all__ = ["answer", "checksum", "describe_service_job", "get_job_queue_snapshot",
+           "list_service_jobs", "run_sql", "utilization", "QueryError"]

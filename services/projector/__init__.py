@@ -1,0 +1,28 @@
+"""The projector: the fact log (QM_FACTS) applied to a DuckDB file, and its read API over NATS.
+
+    quotasched projector --nats-url URL --db q.duckdb      # or part of `quotasched up`
+
+    from services.projector.client import query
+    query(url, "sql", sql="SELECT status, count(*) FROM jobs GROUP BY ALL")
+    query(url, "describe-service-job", jobId="high")
+    query(url, "position")             # last applied fact seq, and lag behind the log
+
+service.py  the consumer loop: ordered consumer from the file's position + 1, batches,
+            `projections.store.apply`, one transaction per batch (rows + position)
+api.py      the read verbs: request -> answer, on a cursor of the projector's connection
+client.py   `query(nats_url, verb, **params)` and its async forms, for other processes
+
+The projector process is the only one that opens its DuckDB file (DuckDB: one writer, or
+readers without a writer); every other process asks it over request/reply:
+
+    qm.proj.<verb>   request: a JSON object; reply: a JSON object, {"error": {...}} on failure
+    qm.projected     published after every committed batch: {"position", "facts", "at"}
+"""
+
+from __future__ import annotations
+
+API_PREFIX = "qm.proj"
+APPLIED_SUBJECT = "qm.projected"
+QUEUE_GROUP = "qm-proj"
+
+__all__ = ["API_PREFIX", "APPLIED_SUBJECT", "QUEUE_GROUP"]
