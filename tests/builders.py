@@ -163,6 +163,37 @@ def of_kind(facts: list[F.Fact], kind: type) -> list:
     return [fact for fact in facts if isinstance(fact, kind)]
 
 
+# -- small readers over facts ----------------------------------------------------------------
+
+
+def only(facts: list[F.Fact], kind: type):
+    found = of_kind(facts, kind)
+    assert len(found) == 1, f"expected exactly one {kind.__name__}, got {kinds(facts)}"
+    return found[0]
+
+
+def dispatch_of(facts: list[F.Fact], job_id: str) -> F.JobDispatched:
+    found = [fact for fact in of_kind(facts, F.JobDispatched) if fact.job_id == job_id]
+    assert len(found) == 1, f"expected one dispatch of {job_id}, got {kinds(facts)}"
+    return found[0]
+
+
+def dispatched_ids(facts: list[F.Fact]) -> list[str]:
+    return [fact.job_id for fact in of_kind(facts, F.JobDispatched)]
+
+
+def preempted_ids(facts: list[F.Fact]) -> list[str]:
+    return [fact.job_id for fact in of_kind(facts, F.JobPreempted)]
+
+
+def borrowed(fact: F.JobDispatched) -> dict[str, int]:
+    return {item.capacity_unit: item.quantity for item in fact.borrowed}
+
+
+def changes_of(facts: list[F.Fact], job_id: str) -> list[F.JobStatusChanged]:
+    return [fact for fact in of_kind(facts, F.JobStatusChanged) if fact.job_id == job_id]
+
+
 _UNITS = {"g5": G5, "m5": M5, "m5l": M5L}
 
 

@@ -14,7 +14,19 @@ import pytest
 from events import facts as F
 from events.codec import DecodeError
 from services.scheduler.core import state_document
-from tests.builders import G5, M5, M5L, Cluster, kinds, of_kind
+from tests.builders import (
+    G5,
+    M5,
+    M5L,
+    Cluster,
+    borrowed,
+    changes_of,
+    dispatch_of,
+    dispatched_ids,
+    kinds,
+    of_kind,
+    only,
+)
 
 # -- reason strings quoted from the spec (3.2 and section 2) ---------------------------------
 
@@ -37,37 +49,6 @@ BORROWABLE_EXCEEDED = (
 CAPACITY_BOUNCED = (
     "CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY - Unable to provision requested compute resources"
 )
-
-
-# -- small readers over facts ----------------------------------------------------------------
-
-
-def only(facts: list[F.Fact], kind: type):
-    found = of_kind(facts, kind)
-    assert len(found) == 1, f"expected exactly one {kind.__name__}, got {kinds(facts)}"
-    return found[0]
-
-
-def dispatch_of(facts: list[F.Fact], job_id: str) -> F.JobDispatched:
-    found = [fact for fact in of_kind(facts, F.JobDispatched) if fact.job_id == job_id]
-    assert len(found) == 1, f"expected one dispatch of {job_id}, got {kinds(facts)}"
-    return found[0]
-
-
-def dispatched_ids(facts: list[F.Fact]) -> list[str]:
-    return [fact.job_id for fact in of_kind(facts, F.JobDispatched)]
-
-
-def preempted_ids(facts: list[F.Fact]) -> list[str]:
-    return [fact.job_id for fact in of_kind(facts, F.JobPreempted)]
-
-
-def borrowed(fact: F.JobDispatched) -> dict[str, int]:
-    return {item.capacity_unit: item.quantity for item in fact.borrowed}
-
-
-def changes_of(facts: list[F.Fact], job_id: str) -> list[F.JobStatusChanged]:
-    return [fact for fact in of_kind(facts, F.JobStatusChanged) if fact.job_id == job_id]
 
 
 def notebook_after_a1() -> Cluster:
