@@ -20,6 +20,7 @@ from services.bus import connect, ensure_streams
 from services.embedded import EmbeddedServer
 from services.executors.app import build_executor
 from services.projector.service import Projector, ProjectorOptions
+from services.projector.thread import ProjectorThread
 from services.scheduler.service import Scheduler
 from services.settings import Settings
 
@@ -57,7 +58,7 @@ class Stack:
         self.stop = asyncio.Event()
         self._exit = AsyncExitStack()
         self._task: asyncio.Task | None = None
-        self._projector_task: asyncio.Task | None = None
+        self._projector_runner: ProjectorThread | None = None
 
     async def __aenter__(self) -> Stack:
         try:
@@ -91,40 +92,36 @@ class Stack:
         return self
 
     async def _start_projector(self) -> None:
-        pnc = await connect(self.url, "quotasched-projector")
-        self._exit.push_async_callback(pnc.close)
-        self.projector = Projector(pnc, self.projector_db, ProjectorOptions())
-        self._projector_task = asyncio.create_task(self.projector.run(self.stop))
-        self._exit.push_async_callback(self._stop_projector)
-        ready = asyncio.create_task(self.projector.ready.wait())
-        try:
-            await asyncio.wait({ready, self._projector_task}, timeout=30.0,
-                               return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
-        finally:
-            ready.cancel()
-        if self._projector_task.done():
-            self._projector_task.result()  # raises why it could not start
-        if not self.projector.ready.is_set():
-            raise TimeoutError("the projector did not start within 30 s")
-        self._projector_task.add_done_callback(self._projector_ended)
+        # Its own thread and event loop: a batch's apply blocks its loop, not the scheduler's.
+        loop = asyncio.get_running_loop()
 
-    def _projector_ended(self, task: asyncio.Task) -> None:
-        if task.cancelled() or task.exception() is None:
-            return
-        self.failed = task.exception()
+        def ended(error: BaseException | None) -> None:  # on the projector's thread
+            try:
+                loop.call_soon_threadsafe(self._projector_ended, error)
+            except RuntimeError:  # this loop is gone: the stack has stopped
+                pass
+
+        runner = ProjectorThread(self.url, self.projector_db, ProjectorOptions(), on_exit=ended)
+        self._projector_runner = runner
+        self._exit.push_async_callback(self._stop_projector)
+        await asyncio.to_thread(runner.start)  # raises why it could not start
+        self.projector = runner.projector
+
+    def _projector_ended(self, error: BaseException | None) -> None:
+        if error is None or self.failed is not None or self.projector is None:
+            return  # stopped, already reported, or it never started (start() raises that)
+        self.failed = error
         if self.projector_required:
             self.stop.set()
         elif not self.stop.is_set():
             log.error("the projector stopped; the scheduler and the executor run on",
-                      db=self.projector_db, error=str(self.failed))  # fmt: skip
+                      db=self.projector_db, error=str(error))  # fmt: skip
 
     async def _stop_projector(self) -> None:
-        self.stop.set()
-        if self._projector_task is not None:
-            try:
-                await self._projector_task
-            except Exception as error:  # reported through `failed` (or raised at start)
-                self.failed = self.failed or error
+        runner = self._projector_runner
+        if runner is not None:
+            await asyncio.to_thread(runner.stop)
+            self.failed = self.failed or runner.error
 
     async def _stop_scheduler(self) -> None:
         self.stop.set()

@@ -11,6 +11,7 @@ service.py  the consumer loop: ordered consumer from the file's position + 1, ba
             `projections.store.apply`, one transaction per batch (rows + position)
 api.py      the read verbs: request -> answer, on a cursor of the projector's connection
 client.py   `query(nats_url, verb, **params)` and its async forms, for other processes
+thread.py   the projector on its own thread and event loop (how `quotasched up` runs it)
 
 The projector process is the only one that opens its DuckDB file (DuckDB: one writer, or
 readers without a writer); every other process asks it over request/reply:

@@ -325,6 +325,51 @@ async def test_a_fact_it_cannot_apply_stops_it_loudly_right_before_it(
                 projector = spawn("projector", "--db", str(db))  # never skips it on a restart
 
 
+# -- holes in what arrives --------------------------------------------------------------------
+
+
+async def test_a_lost_delivery_is_read_again_and_a_deleted_fact_is_passed_over(
+        nats_server, tmp_path):  # fmt: skip
+    """In process, to lose a message on purpose: a fact that never reaches the projector but
+    is in the stream makes it read again from its position; a fact deleted from the stream
+    (as an operator might, or max_age) is passed over, as a rebuild from the stream does."""
+    from services.projector.service import Projector, ProjectorOptions
+    from services.scheduler.log import stream_seq
+    from tests.integration.helpers import offline_facts
+
+    payloads = [json.dumps(fact).encode() for fact in
+                offline_facts(generate_workload(seed=3, count=600))]  # fmt: skip
+    async with Bus(nats_server.url) as bus:
+        await ensure_streams(bus.js, Settings(lease_ttl_s=3.0))
+        seqs = await publish_facts(bus.js, payloads)
+        deleted = next(seq for seq, payload in zip(seqs, payloads)
+                       if seq > len(seqs) // 2 and b'"JobPriorityUpdated"' in payload)  # fmt: skip
+        assert await bus.js.delete_msg(FACTS_STREAM, deleted)
+        lost = len(seqs) // 4
+        projector = Projector(bus.nc, str(tmp_path / "holes.duckdb"), ProjectorOptions(max_batch=50))
+        take, dropped = projector._take, []
+
+        def lossy_take():
+            batch = take()
+            if not dropped and any(stream_seq(msg) == lost for msg in batch):
+                dropped.append(lost)
+                return [msg for msg in batch if stream_seq(msg) != lost]
+            return batch
+
+        projector._take = lossy_take
+        stop = asyncio.Event()
+        running = asyncio.create_task(projector.run(stop))
+        await eventually(lambda: asyncio.sleep(0, projector.position == seqs[-1] or
+                                                running.done()), 30, what="caught up")  # fmt: skip
+        stop.set()
+        await running
+        assert dropped == [lost]
+        assert projector.facts_applied == len(seqs) - 1
+        await projections.rebuild_from_stream(bus.js, str(tmp_path / "rebuilt.duckdb"))
+    assert_same_tables(file_checksums(tmp_path / "holes.duckdb")[1],
+                       file_checksums(tmp_path / "rebuilt.duckdb")[1], "holes")  # fmt: skip
+
+
 # -- quotasched up ----------------------------------------------------------------------------
 
 
