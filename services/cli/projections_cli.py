@@ -180,19 +180,36 @@ def checksum(db: DbOpt) -> None:
 
 def sql(
     statement: Annotated[str, typer.Argument(metavar="SQL", help="One SQL statement.")],
-    db: DbOpt,
+    db: Annotated[Optional[str], typer.Option("--db", envvar=DB_ENV, help="The projection's DuckDB file.")] = None,
+    nats_url: Annotated[Optional[str], typer.Option("--nats-url", help="Ask the running projector instead of opening a file.")] = None,
     output: Annotated[Output, typer.Option("--output", help="table, json or csv.")] = Output.table,
+    limit: Annotated[int, typer.Option("--limit", help="With --nats-url: most rows returned.")] = 1000,
 ) -> None:
-    """Run SQL against a projection database (read-only) and print the result.
+    """Run SQL against a projection (read-only) and print the result.
 
-    Tables and views: facts, jobs, allocations, attempts, preemptions, share_usage,
-    queue_usage, quota_shares; macros utilization(t0, t1, bucket_s) and
+    With --db the file is opened read-only (not possible while a projector writes it); with
+    --nats-url the running projector answers (qm.proj.sql), so the live file is never opened
+    by anyone else.  Tables and views: facts, jobs, allocations, attempts, preemptions,
+    share_usage, queue_usage, quota_shares; macros utilization(t0, t1, bucket_s) and
     queue_utilization(t0, t1, bucket_s).  Quote the columns "at" and "limit" (SQL keywords).
     """
     import duckdb
 
     from projections import queries
 
+    if nats_url is not None:
+        from services.projector.client import ProjectorError, ProjectorUnavailable, query
+
+        try:
+            answer = query(nats_url, "sql", sql=statement, limit=limit)
+        except ProjectorUnavailable as error:
+            raise _fail(f"quotasched sql: {error}", 2) from None
+        except ProjectorError as error:
+            raise _fail(f"quotasched sql: {error}", EXIT_FAILED) from None
+        _print(answer["columns"], [tuple(row) for row in answer["rows"]], output)
+        return
+    if db is None:
+        raise _fail("quotasched sql: give --db PATH or --nats-url URL", 2)
     with _open_read_only(db) as store:
         try:
             columns, rows = queries.run_sql(store.con, statement)
