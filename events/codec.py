@@ -69,6 +69,11 @@ def encode(message: Command | Fact) -> str:
     return message.model_dump_json(by_alias=True)
 
 
+def encode_bytes(message: Command | Fact) -> bytes:
+    """`encode` as UTF-8 bytes, straight from pydantic-core (the writer's hot path)."""
+    return message.__pydantic_serializer__.to_json(message, by_alias=True)
+
+
 def command_schema() -> dict[str, Any]:
     return COMMANDS.json_schema(by_alias=True)
 

@@ -26,7 +26,7 @@ from nats.aio.client import Client
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 
-from events.codec import encode
+from events.codec import encode_bytes
 from events.facts import Fact
 from events.subjects import (
     API_PREFIX,
@@ -200,8 +200,7 @@ class Scheduler:
                     catch_up_clock(state, msg.data, stamp)  # the clock it left, not just its facts
                 continue  # recorded before a restart
             facts = decide_message(state, msg.subject, msg.data, seq, stamp)
-            log.debug("decided", stream_seq=seq, subject=msg.subject, facts=len(facts))
-            encoded = [encode(fact).encode() for fact in facts]
+            encoded = [encode_bytes(fact) for fact in facts]
             skip = self._already_logged(seq, encoded)
             count = str(len(facts))  # lets readers know when they have all of a command
             for index, (fact, payload) in enumerate(zip(facts, encoded)):
