@@ -723,17 +723,9 @@ def describe_service_environments(
     nats_url: NatsUrl = None,
 ) -> None:
     """Describe the service environments."""
-    wanted = {_name(item) for item in service_environments or []}
-
-    async def work():
-        async with _session(nats_url) as bus:
-            answer = await _ask(bus, "DescribeServiceEnvironments", "describe-service-environments")
-        answer["serviceEnvironments"] = [env for env in answer["serviceEnvironments"]
-                                         if not wanted or env["serviceEnvironmentName"] in wanted]
-        _emit(answer, output, lambda console, doc: _render_items(
-            console, doc["serviceEnvironments"], "Service environments"))
-
-    _run(work)
+    _describe_filtered(nats_url, output, "DescribeServiceEnvironments",
+                       "describe-service-environments", "serviceEnvironments",
+                       "serviceEnvironmentName", service_environments, "Service environments")  # fmt: skip
 
 
 @_verb("describe-job-queues", PANEL_READ)
@@ -744,15 +736,20 @@ def describe_job_queues(
     nats_url: NatsUrl = None,
 ) -> None:
     """Describe the job queues."""
-    wanted = {_name(item) for item in job_queues or []}
+    _describe_filtered(nats_url, output, "DescribeJobQueues", "describe-job-queues",
+                       "jobQueues", "jobQueueName", job_queues, "Job queues")  # fmt: skip
+
+
+def _describe_filtered(nats_url, output, operation: str, verb: str, key: str, name_field: str,
+                       names: list[str] | None, title: str) -> None:  # fmt: skip
+    """A describe-* read, kept to the items named (by name or ARN) when any are."""
+    wanted = {_name(item) for item in names or []}
 
     async def work():
         async with _session(nats_url) as bus:
-            answer = await _ask(bus, "DescribeJobQueues", "describe-job-queues")
-        answer["jobQueues"] = [queue for queue in answer["jobQueues"]
-                               if not wanted or queue["jobQueueName"] in wanted]  # fmt: skip
-        _emit(answer, output, lambda console, doc: _render_items(
-            console, doc["jobQueues"], "Job queues"))
+            answer = await _ask(bus, operation, verb)
+        answer[key] = [item for item in answer[key] if not wanted or item[name_field] in wanted]
+        _emit(answer, output, lambda console, doc: _render_items(console, doc[key], title))
 
     _run(work)
 

@@ -107,7 +107,7 @@ class Scratch:
 
     __slots__ = ("environment", "queue", "usage", "total", "borrowed", "idle")
 
-    def __init__(self, environment: Environment, queue: Queue, need: Need = ()):
+    def __init__(self, environment: Environment, queue: Queue):
         self.environment = environment
         self.queue = queue
         self.usage: dict[tuple[str, str], int] = {}

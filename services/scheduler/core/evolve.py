@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from events import facts as F
-from events.values import JobStatus, PreemptionOutcome, SharingStrategy, StatusCause
+from events.values import JobStatus, PreemptionOutcome, StatusCause
 from services.scheduler.core.accounting import add_usage, recompute_totals
 from services.scheduler.core.state import Environment, Job, Queue, Share, State
 

@@ -126,7 +126,7 @@ def _place_one(round_: Round, environment: Environment, queue: Queue, heads) -> 
 
 
 def _fits(environment: Environment, queue: Queue, share: Share, head: Job) -> bool:
-    return Scratch(environment, queue, head.need).fits(share, head.need)
+    return Scratch(environment, queue).fits(share, head.need)
 
 
 def _dispatch(round_: Round, queue: Queue, share: Share, head: Job, victims: list[Job],

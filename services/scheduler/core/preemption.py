@@ -80,7 +80,7 @@ def _search(
     eligible: Callable[[Scratch, Job], bool],
     band: Callable[[Job], tuple],
 ) -> list[Job]:
-    scratch = Scratch(environment, queue, head.need)
+    scratch = Scratch(environment, queue)
     shares = queue.shares
     taken: list[Job] = []
     for job in ranked:
@@ -129,7 +129,7 @@ def _single_victim(
         size = sum(quantity for unit, quantity in job.need if unit in units)
         if best is not None and size >= best_size:
             continue
-        scratch = Scratch(environment, queue, head.need)
+        scratch = Scratch(environment, queue)
         scratch.move(job, queue.shares[job.share], -1)
         if scratch.fits(share, head.need):
             best, best_size = job, size
