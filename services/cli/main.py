@@ -309,6 +309,37 @@ def projector_command(
         raise typer.Exit(1 if isinstance(failed, ProjectorHalted) else 2)
 
 
+@app.command()
+def asyncapi(
+    fmt: Annotated[str, typer.Option("--format", help="yaml or json")] = "yaml",
+    out: Annotated[Optional[Path], typer.Option("--out", help="Write here instead of standard output.")] = None,
+    check: Annotated[bool, typer.Option("--check", help="With --out: exit 1 if the file is not up to date (writes nothing).")] = False,
+) -> None:
+    """Print the AsyncAPI 3.0 document of every subject and message, generated from the code.
+
+    The committed copy is docs/asyncapi.yaml: `quotasched asyncapi --out docs/asyncapi.yaml`.
+    """
+    from services.asyncapi import render
+
+    if fmt not in ("yaml", "json"):
+        typer.echo("quotasched asyncapi: --format must be yaml or json", err=True)
+        raise typer.Exit(2)
+    text = render(fmt)
+    if out is None:
+        if check:
+            typer.echo("quotasched asyncapi: --check needs --out FILE", err=True)
+            raise typer.Exit(2)
+        sys.stdout.write(text)
+    elif check:
+        current = out.read_text() if out.exists() else None
+        if current != text:
+            typer.echo(f"quotasched asyncapi: {out} is out of date; regenerate it with "
+                       f"`quotasched asyncapi --format {fmt} --out {out}`", err=True)  # fmt: skip
+            raise typer.Exit(1)
+    else:
+        out.write_text(text)
+
+
 @app.command("facts-check", hidden=True)
 def facts_check(file: Path) -> None:
     """Validate a fact log (JSON Lines) against the fact schema."""
