@@ -740,6 +740,19 @@ def describe_job_queues(
                        "jobQueues", "jobQueueName", job_queues, "Job queues")  # fmt: skip
 
 
+@_verb("describe-scheduling-policies", PANEL_READ)
+def describe_scheduling_policies(
+    arns: Annotated[Optional[list[str]], typer.Option(
+        "--arns", help="Only these (names or ARNs).", show_default=False)] = None,
+    output: OutputOpt = Output.json,
+    nats_url: NatsUrl = None,
+) -> None:
+    """Describe the scheduling policies."""
+    _describe_filtered(nats_url, output, "DescribeSchedulingPolicies",
+                       "describe-scheduling-policies", "schedulingPolicies", "name", arns,
+                       "Scheduling policies")  # fmt: skip
+
+
 def _describe_filtered(nats_url, output, operation: str, verb: str, key: str, name_field: str,
                        names: list[str] | None, title: str) -> None:  # fmt: skip
     """A describe-* read, kept to the items named (by name or ARN) when any are."""

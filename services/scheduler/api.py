@@ -216,8 +216,18 @@ def describe_job_queues(state: State, request: dict) -> dict[str, Any]:
     return {"jobQueues": [
         {"jobQueueName": q.name, "jobQueueArn": f"{ARN}:job-queue/{q.name}", "state": q.state.value,
          "status": "VALID", "priority": q.priority, "schedulingPolicy": q.policy,
-         "serviceEnvironmentOrder": [{"order": 1, "serviceEnvironment": q.environment}]}
+         "serviceEnvironmentOrder": [{"order": 1, "serviceEnvironment": q.environment}],
+         "jobStateTimeLimitActions": [action.model_dump(mode="json", by_alias=True)
+                                      for action in q.config.job_state_time_limit_actions]}
         for q in state.queues.values()
+    ]}  # fmt: skip
+
+
+def describe_scheduling_policies(state: State, request: dict) -> dict[str, Any]:
+    return {"schedulingPolicies": [
+        {"name": name, "arn": f"{ARN}:scheduling-policy/{name}",
+         "quotaSharePolicy": policy.quota_share_policy.model_dump(mode="json", by_alias=True)}
+        for name, policy in state.policies.items()
     ]}  # fmt: skip
 
 
@@ -229,6 +239,7 @@ VERBS = {
     "describe-quota-share": describe_quota_share,
     "describe-service-environments": describe_service_environments,
     "describe-job-queues": describe_job_queues,
+    "describe-scheduling-policies": describe_scheduling_policies,
 }
 
 

@@ -1,0 +1,139 @@
+"""`quotasched config apply|export` as a user runs them, against a real nats-server and a real
+`quotasched scheduler`: idempotence, the export round trip, updates and deletions, and a change
+the scheduler refuses."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from services import config_as_code as cac
+from tests.integration.test_cli_live import wait_for_scheduler
+
+pytestmark = pytest.mark.nats
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "shares.yaml"
+QUOTASCHED = str(Path(sys.executable).parent / "quotasched")
+
+
+def run(url: str, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "QUOTASCHED_NATS_URL": url}
+    return subprocess.run([QUOTASCHED, *args], capture_output=True, text=True, env=env,
+                          cwd=ROOT, timeout=60)  # fmt: skip
+
+
+def configuration_facts(url: str) -> list[str]:
+    """The fact log without ticks' effects: every configuration fact recorded so far."""
+    result = run(url, "facts")
+    assert result.returncode == 0, result.stderr
+    return [line for line in result.stdout.splitlines()
+            if json.loads(line)["kind"].startswith(("ServiceEnvironment", "SchedulingPolicy",
+                                                    "JobQueue", "QuotaShare", "CommandRejected"))]
+
+
+def write(path: Path, document: dict) -> Path:
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    return path
+
+
+@pytest.fixture
+def live(nats_server, spawn) -> str:
+    spawn("scheduler")
+    wait_for_scheduler(nats_server.url)
+    return nats_server.url
+
+
+def test_apply_is_idempotent_and_export_round_trips(live, tmp_path):
+    dry = run(live, "config", "apply", str(EXAMPLE), "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert "+ create quota share q/qs1" in dry.stdout and "dry run: nothing was published" \
+        in dry.stdout
+    assert configuration_facts(live) == []
+
+    first = run(live, "config", "apply", str(EXAMPLE))
+    assert first.returncode == 0, first.stderr
+    assert "applied: 6 to create, 0 to update, 0 to delete (6 commands)" in first.stdout
+    recorded = configuration_facts(live)
+    assert [json.loads(line)["kind"] for line in recorded] == [
+        "ServiceEnvironmentCreated", "SchedulingPolicyCreated", "JobQueueCreated",
+        "QuotaShareCreated", "QuotaShareCreated", "QuotaShareCreated"]
+
+    second = run(live, "config", "apply", str(EXAMPLE))
+    assert second.returncode == 0, second.stderr
+    assert "no changes: the live configuration matches the file" in second.stdout
+    assert configuration_facts(live) == recorded  # nothing was published
+
+    exported = tmp_path / "exported.yaml"
+    result = run(live, "config", "export", "--out", str(exported))
+    assert result.returncode == 0, result.stderr
+    assert cac.to_document(cac.load(exported)) == cac.to_document(cac.load(EXAMPLE))
+    again = run(live, "config", "apply", str(exported))
+    assert again.returncode == 0 and "no changes" in again.stdout, again.stderr
+    assert configuration_facts(live) == recorded
+    printed = run(live, "config", "export")  # to standard output: the same file
+    assert printed.returncode == 0 and printed.stdout == exported.read_text()
+
+
+def test_updates_deletions_and_a_refused_change(live, tmp_path):
+    assert run(live, "config", "apply", str(EXAMPLE)).returncode == 0
+    submitted = run(live, "submit-service-job", "--job-name", "j", "--job-queue", "q",
+                    "--quota-share-name", "qs3", "--instance-type", "ml.g5.xlarge",
+                    "--instance-count", "1")  # fmt: skip
+    assert submitted.returncode == 0, submitted.stderr
+    job_id = json.loads(submitted.stdout)["jobId"]
+
+    document = yaml.safe_load(EXAMPLE.read_text())
+    document["quotaShares"][0]["capacityLimits"][0]["maxCapacity"] = 2
+    document["quotaShares"].pop()  # qs3, which has an unfinished job
+    changed = write(tmp_path / "changed.yaml", document)
+    guarded = run(live, "config", "apply", str(changed))
+    assert guarded.returncode == 2
+    assert "would terminate its 1 unfinished job" in guarded.stdout
+    assert "nothing was published" in guarded.stderr
+
+    before = configuration_facts(live)
+    applied = run(live, "config", "apply", str(changed), "--terminate-jobs")
+    assert applied.returncode == 0, applied.stderr
+    assert "~ update quota share q/qs1" in applied.stdout
+    assert "      capacityLimits: 1 ml.g5.xlarge -> 2 ml.g5.xlarge" in applied.stdout
+    assert "- delete quota share q/qs3  (DISABLED first; terminates its 1 unfinished job)" \
+        in applied.stdout
+    kinds = [json.loads(line)["kind"] for line in configuration_facts(live)[len(before):]]
+    assert kinds == ["QuotaShareUpdated", "QuotaShareDeleted", "QuotaShareUpdated"]
+    job = run(live, "describe-service-job", "--job-id", job_id)
+    assert json.loads(job.stdout)["status"] == "FAILED"
+    assert "no changes" in run(live, "config", "apply", str(changed)).stdout
+
+    # A second job queue on the same service environment: only the scheduler knows it refuses.
+    document["jobQueues"].append({"jobQueueName": "q2", "schedulingPolicy": "sp",
+                                  "serviceEnvironmentOrder": [{"order": 1,
+                                                               "serviceEnvironment": "se"}]})
+    document["quotaShares"].append({**document["quotaShares"][0], "jobQueue": "q2"})
+    before = configuration_facts(live)
+    refused = run(live, "config", "apply", str(write(tmp_path / "refused.yaml", document)))
+    assert refused.returncode == 1
+    assert ("CreateJobQueue for job queue q2 refused: Service environment se is already "
+            "attached to job queue q") in refused.stderr
+    assert "0 earlier command(s) were applied, the rest were not published" in refused.stderr
+    after = configuration_facts(live)[len(before):]
+    assert [json.loads(line)["kind"] for line in after] == ["CommandRejected"]
+
+
+def test_an_invalid_file_or_no_server_publishes_nothing(tmp_path):
+    document = yaml.safe_load(EXAMPLE.read_text())
+    document["quotaShares"][1]["capacityLimits"][0]["maxCapacity"] = 0
+    result = run("nats://127.0.0.1:1", "config", "apply",
+                 str(write(tmp_path / "bad.yaml", document)))  # fmt: skip
+    assert result.returncode == 2
+    assert "quotaShares[1] (q/qs2).capacityLimits[0].maxCapacity: Input should be greater " \
+           "than or equal to 1" in result.stderr
+    unreachable = run("nats://127.0.0.1:1", "config", "export")
+    assert unreachable.returncode == 2
+    assert "cannot reach the NATS server at nats://127.0.0.1:1" in unreachable.stderr
