@@ -101,8 +101,9 @@ def borrowed_by(share: Share, need: Need) -> list[tuple[str, int]]:
 class Scratch:
     """Usage of one queue as if some dispatched jobs were gone.
 
-    Only what a removal changed is stored here; everything else is read through from the
-    queue, so a Scratch with nothing removed (the live check) costs one small allocation.
+    Until the first removal it reads the queue's own totals (the live check allocates nothing
+    but itself); the first `move` copies the three small per-unit totals and starts a
+    per-share overlay, so the state is never touched.
     """
 
     __slots__ = ("environment", "queue", "usage", "total", "borrowed", "idle")
@@ -110,12 +111,14 @@ class Scratch:
     def __init__(self, environment: Environment, queue: Queue):
         self.environment = environment
         self.queue = queue
-        self.usage: dict[tuple[str, str], int] = {}
-        self.total: dict[str, int] = {}
-        self.borrowed: dict[str, int] = {}
-        self.idle: dict[str, int] = {}
+        self.usage: dict[tuple[str, str], int] | None = None  # (share, unit) -> used, once moved
+        self.total: dict[str, int] = queue.usage
+        self.borrowed: dict[str, int] = queue.borrowed
+        self.idle: dict[str, int] = queue.idle
 
     def used(self, share: Share, unit: str) -> int:
+        if self.usage is None:
+            return share.usage.get(unit, 0)
         return self.usage.get((share.name, unit), share.usage.get(unit, 0))
 
     def is_borrowing(self, share: Share, units: set[str]) -> bool:
@@ -123,17 +126,18 @@ class Scratch:
 
     def move(self, job: Job, share: Share, sign: int) -> None:
         """Remove (-1) or restore (+1) a dispatched job."""
-        queue = self.queue
+        if self.usage is None:
+            self.usage = {}
+            self.total, self.borrowed, self.idle = dict(self.total), dict(self.borrowed), dict(self.idle)
         for unit, quantity in job.need:
             before = self.used(share, unit)
             after = before + sign * quantity
             bor_before, idle_before = contribution(share, unit, before)
             bor_after, idle_after = contribution(share, unit, after)
             self.usage[(share.name, unit)] = after
-            self.total[unit] = self.total.get(unit, queue.usage.get(unit, 0)) + sign * quantity
-            self.borrowed[unit] = (self.borrowed.get(unit, queue.borrowed.get(unit, 0))
-                                   + bor_after - bor_before)  # fmt: skip
-            self.idle[unit] = self.idle.get(unit, queue.idle.get(unit, 0)) + idle_after - idle_before
+            self.total[unit] = self.total.get(unit, 0) + sign * quantity
+            self.borrowed[unit] = self.borrowed.get(unit, 0) + bor_after - bor_before
+            self.idle[unit] = self.idle.get(unit, 0) + idle_after - idle_before
 
     def fits(self, share: Share, need: Need) -> bool:
         """Can `share` dispatch a job needing `need` now?  Every rule of dispatch, per unit:
@@ -145,12 +149,12 @@ class Scratch:
            the job borrows and the share's own idle capacity it stops lending.
         """
         capacity = self.environment.capacity
+        total, overlay = self.total, self.usage
         for unit, quantity in need:
             cap = capacity.get(unit)
-            queue = self.queue
-            if cap is None or self.total.get(unit, queue.usage.get(unit, 0)) + quantity > cap:
+            if cap is None or total.get(unit, 0) + quantity > cap:
                 return False
-            used = self.used(share, unit)
+            used = share.usage.get(unit, 0) if overlay is None else self.used(share, unit)
             limit = share.limits.get(unit, 0)
             bor_before, idle_before = contribution(share, unit, used)
             bor_after, idle_after = contribution(share, unit, used + quantity)
@@ -161,8 +165,7 @@ class Scratch:
                 ceiling = share.borrow_ceiling(unit)
                 if ceiling is not None and used + quantity > limit + ceiling:
                     return False
-            slack = (self.idle.get(unit, queue.idle.get(unit, 0))
-                     - self.borrowed.get(unit, queue.borrowed.get(unit, 0)))  # fmt: skip
+            slack = self.idle.get(unit, 0) - self.borrowed.get(unit, 0)
             slack_after = slack - borrowing - (idle_before - idle_after)
             if slack_after < 0 and slack_after < slack:
                 return False

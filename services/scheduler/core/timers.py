@@ -77,11 +77,15 @@ def _next_due(state: State, until: float):
         if job is None or job.status is not JobStatus.RUNNABLE or job.reason_code is None:
             state.drop(state.blocked, job_id)  # it left the queue, or its reason went away
             continue
+        queue = state.queues.get(queue_name)
+        seconds = None if queue is None else queue.time_limits.get(job.reason_code)
+        if seconds is None or job.reason_since + seconds > until:
+            continue  # no limit for its reason, or not due yet: no need to look further
         limit = _time_limit(state, queue_name, share_name, job)
         if limit is None:
-            continue  # not at the head right now, or no limit for its reason
+            continue  # not at the head right now, or its reason no longer holds
         deadline = job.reason_since + limit[0]
-        if deadline <= until and (best is None or (deadline, job_id) < best[:2]):
+        if best is None or (deadline, job_id) < best[:2]:
             best = (deadline, job_id, job, limit[1])
     return None if best is None else (best[0], best[2], best[3])
 
