@@ -1,0 +1,20 @@
+"""What-if simulation of real GPU traces through the real decision core (issue #5).
+
+    trace = read_trace("traces/itp_2021_jobs.csv")
+    config = load_config("examples/simulate/itp-lend-and-borrow.yaml")
+    run = simulate(trace, config, record=True)      # record: keep the facts for --out
+    print(summarize(run).utilization)
+    write_fact_log(run.facts, "sim.duckdb")          # the projections, queryable with SQL
+"""
+
+from services.simulate.config import ConfigError, SimConfig, load_config, parse_config
+from services.simulate.engine import Run, SimulationError, simulate
+from services.simulate.output import write_fact_log
+from services.simulate.summary import Summary, series, summarize
+from services.simulate.trace import Trace, TraceError, read_trace, synthetic, write_trace
+
+__all__ = [
+    "ConfigError", "Run", "SimConfig", "SimulationError", "Summary", "Trace", "TraceError",
+    "load_config", "parse_config", "read_trace", "series", "simulate", "summarize",
+    "synthetic", "write_fact_log", "write_trace",
+]  # fmt: skip

@@ -1,0 +1,163 @@
+"""Showing simulations: rich tables for the terminal, one self-contained HTML chart (inline SVG).
+
+    table(summary)              one configuration: the totals, then one row per share
+    compare_table(summaries)    several configurations side by side, one column each
+    chart_html(summaries, series_list)   utilization and p95 wait over time, per configuration
+"""
+
+from __future__ import annotations
+
+import html
+import math
+
+from rich.table import Table
+
+from services.simulate.summary import Series, Summary
+
+COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2",
+           "#17becf", "#7f7f7f", "#bcbd22")  # fmt: skip
+DAY = 86400.0
+
+
+def _h(value: float) -> str:
+    if value != value:  # nan: nobody waited in this group
+        return "-"
+    return f"{value:,.2f}" if value < 100 else f"{value:,.0f}"
+
+
+def _pct(value: float) -> str:
+    return f"{100 * value:.1f} %"
+
+
+ROWS: tuple[tuple[str, object], ...] = (
+    ("pool (instances / GPUs)", lambda s: f"{s.pool_instances:,} / {s.pool_gpus:,}"),
+    ("jobs finished / never finished", lambda s: f"{s.finished:,} / {s.never_finished:,}"),
+    ("utilization of the pool", lambda s: _pct(s.utilization)),
+    ("useful utilization (work kept)", lambda s: _pct(s.useful_utilization)),
+    ("wait p50 / p95 (h)", lambda s: f"{_h(s.wait_p50_h)} / {_h(s.wait_p95_h)}"),
+    ("jobs preempted (preemptions)", lambda s: f"{s.preempted_jobs:,} ({s.preemptions:,})"),
+    ("GPU-hours lost to preemption", lambda s: f"{s.lost_gpu_h:,.0f}"),
+    ("GPU-hours borrowed (= lent)", lambda s: f"{s.borrowed_gpu_h:,.0f}"),
+    ("makespan (days)", lambda s: f"{s.makespan_h / 24:,.2f}"),
+    ("simulated in (s) / jobs/s", lambda s: f"{s.seconds:.2f} / {s.jobs_per_second:,.0f}"),
+)
+
+
+def compare_table(summaries: list[Summary], title: str = "") -> Table:
+    table = Table(title=title or None)
+    table.add_column("")
+    for summary in summaries:
+        table.add_column(summary.name, justify="right")
+    for label, value in ROWS:
+        table.add_row(label, *(value(summary) for summary in summaries))  # type: ignore[operator]
+    teams = [share.name for share in summaries[0].shares]
+    if all([share.name for share in s.shares] == teams for s in summaries):
+        for index, name in enumerate(teams):
+            table.add_row(f"{name} wait p50 / p95 (h)",
+                          *(f"{_h(s.shares[index].wait_p50_h)} / {_h(s.shares[index].wait_p95_h)}"
+                            for s in summaries))  # fmt: skip
+    return table
+
+
+def share_table(summary: Summary) -> Table:
+    table = Table(title=f"{summary.name}: per share")
+    for column in ("share", "teams", "strategy", "limit", "jobs", "wait p50 h", "wait p95 h",
+                   "preempted", "lost GPU-h", "used GPU-h", "borrowed GPU-h"):  # fmt: skip
+        table.add_column(column, justify="left" if column in ("share", "teams", "strategy") else "right")
+    for share in summary.shares:
+        table.add_row(
+            share.name, ",".join(share.teams), share.strategy, f"{share.limit:,}",
+            f"{share.jobs:,}", _h(share.wait_p50_h), _h(share.wait_p95_h),
+            f"{share.preempted_jobs:,}", f"{share.lost_gpu_h:,.0f}", f"{share.used_gpu_h:,.0f}",
+            f"{share.borrowed_gpu_h:,.0f}",
+        )  # fmt: skip
+    return table
+
+
+# -- the HTML chart --------------------------------------------------------------------------
+
+WIDTH, HEIGHT, LEFT, RIGHT, TOP, BOTTOM = 960, 260, 64, 16, 16, 34
+
+
+def _nice(top: float) -> float:
+    if top <= 0:
+        return 1.0
+    magnitude = 10 ** math.floor(math.log10(top))
+    for step in (1, 2, 2.5, 5, 10):
+        if top <= step * magnitude:
+            return step * magnitude
+    return 10 * magnitude
+
+
+def _panel(title: str, unit: str, series_list: list[Series], values: list[list[float | None]],
+           top: float) -> str:  # fmt: skip
+    start, end = series_list[0].edges[0], series_list[0].end
+    span = max(end - start, 1.0)
+    plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
+
+    def x(t: float) -> float:
+        return LEFT + (t - start) / span * plot_w
+
+    def y(v: float) -> float:
+        return TOP + plot_h - min(v, top) / top * plot_h
+
+    out = [f'<svg width="{WIDTH}" height="{HEIGHT}" role="img" aria-label="{html.escape(title)}">',
+           f'<rect x="{LEFT}" y="{TOP}" width="{plot_w}" height="{plot_h}" fill="#fafafa" '
+           'stroke="#ccc"/>']  # fmt: skip
+    for k in range(5):
+        v = top * k / 4
+        out.append(f'<line x1="{LEFT}" x2="{LEFT + plot_w}" y1="{y(v):.1f}" y2="{y(v):.1f}" '
+                   f'stroke="#e4e4e4"/><text x="{LEFT - 6}" y="{y(v) + 4:.1f}" '
+                   f'text-anchor="end">{v:g}{unit}</text>')  # fmt: skip
+    days = span / DAY
+    step = max(1, round(_nice(days / 10)))
+    day = 0
+    while day * DAY <= span + 1:
+        out.append(f'<text x="{x(start + day * DAY):.1f}" y="{HEIGHT - 12}" '
+                   f'text-anchor="middle">{day}</text>')
+        day += step
+    out.append(f'<text x="{LEFT + plot_w / 2}" y="{HEIGHT - 1}" text-anchor="middle">days since '
+               'the first submission</text>')
+    for index, (serie, points) in enumerate(zip(series_list, values)):
+        width = (serie.end - serie.edges[0]) / len(serie.edges)
+        path, pen = [], "M"
+        for t, v in zip(serie.edges, points):
+            if v is None:
+                pen = "M"
+                continue
+            path.append(f"{pen}{x(t + width / 2):.1f},{y(v):.1f}")
+            pen = "L"
+        out.append(f'<path d="{" ".join(path)}" fill="none" stroke-width="1.6" '
+                   f'stroke="{COLOURS[index % len(COLOURS)]}"/>')
+    out.append("</svg>")
+    return "".join(out)
+
+
+def chart_html(summaries: list[Summary], series_list: list[Series], trace_name: str) -> str:
+    utilization = [[100 * u for u in s.utilization] for s in series_list]
+    waits = [s.wait_p95_h for s in series_list]
+    top_wait = _nice(max([w for ws in waits for w in ws if w is not None], default=1.0))
+    legend = "".join(
+        f'<span class="key"><span class="swatch" style="background:{COLOURS[i % len(COLOURS)]}">'
+        f"</span>{html.escape(s.name)}</span>" for i, s in enumerate(summaries)
+    )  # fmt: skip
+    rows = []
+    for label, value in ROWS:
+        cells = "".join(f"<td>{html.escape(value(s))}</td>" for s in summaries)  # type: ignore[operator]
+        rows.append(f"<tr><th>{html.escape(label)}</th>{cells}</tr>")
+    head = "".join(f"<th>{html.escape(s.name)}</th>" for s in summaries)
+    return (
+        "<!doctype html><html><head><meta charset='utf-8'>"
+        f"<title>quotasched simulate: {html.escape(trace_name)}</title><style>"
+        "body{font:13px system-ui,sans-serif;margin:24px;color:#222}svg text{font-size:11px;"
+        "fill:#444}.key{margin-right:18px}.swatch{display:inline-block;width:14px;height:4px;"
+        "margin-right:6px;vertical-align:middle}table{border-collapse:collapse;margin-top:16px}"
+        "td,th{border:1px solid #ddd;padding:3px 8px;text-align:right}th:first-child{text-align:"
+        "left}</style></head><body>"
+        f"<h1>What-if on {html.escape(trace_name)}</h1><p>{legend}</p>"
+        "<h2>Utilization of the pool (instances held, time-weighted per bucket)</h2>"
+        + _panel("utilization", "%", series_list, utilization, 100.0)
+        + "<h2>Wait p95 of the jobs submitted in each bucket (hours to first dispatch)</h2>"
+        + _panel("wait p95", "h", series_list, waits, top_wait)
+        + f"<table><tr><th></th>{head}</tr>{''.join(rows)}</table></body></html>"
+    )

@@ -1,0 +1,104 @@
+"""`quotasched simulate` and `synth-trace` end to end, with the fact log queried through SQL."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from services.cli.main import app
+from services.simulate import load_config, read_trace, simulate, summarize
+
+CONFIG = """\
+name: {name}
+environment: {{instance_type: ml.g5.xlarge, gpus_per_instance: 1, max_instances: 24}}
+shares:
+  - {{name: a, teams: [team1], strategy: {strategy}, weight: 2, in_share_preemption: true}}
+  - {{name: b, teams: [team2], strategy: LEND, weight: 1}}
+  - {{name: c, teams: [team3], strategy: {strategy}, weight: 1}}
+priority: {{kind: job_type, map: {{prod: 5, dev: 1}}}}
+"""
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    root = tmp_path_factory.mktemp("sim")
+    runner = CliRunner()
+    result = runner.invoke(app, ["synth-trace", "--jobs", "250", "--seed", "5",
+                                 "--out", str(root / "t.csv")])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    for name, strategy in (("fixed", "RESERVE"), ("borrow", "LEND_AND_BORROW")):
+        (root / f"{name}.yaml").write_text(CONFIG.format(name=name, strategy=strategy))
+    return root
+
+
+def sql(db, query: str) -> list[dict]:
+    result = CliRunner().invoke(app, ["sql", query, "--db", str(db), "--output", "json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def test_simulate_writes_the_fact_log_that_sql_reads(files):
+    db = files / "sim.duckdb"
+    result = CliRunner().invoke(app, ["simulate", "--trace", str(files / "t.csv"), "--config",
+                                      str(files / "borrow.yaml"), "--out", str(db),
+                                      "--no-progress", "--shares"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "utilization of the pool" in result.stdout and "borrow: per share" in result.stdout
+    expected = summarize(simulate(read_trace(str(files / "t.csv")),
+                                  load_config(str(files / "borrow.yaml"))))  # fmt: skip
+    assert expected.preemptions > 0 and expected.borrowed_gpu_h > 0
+    jobs = sql(db, "SELECT count(*) AS n, count(*) FILTER (WHERE status = 'SUCCEEDED') AS ok, "
+                   "sum(preemptions) AS preempted FROM jobs")[0]  # fmt: skip
+    assert jobs == {"n": 250, "ok": 250, "preempted": expected.preemptions}
+    end = int(expected.window_end) + 1
+    usage = {row["quota_share"]: row for row in sql(
+        db, f"SELECT quota_share, sum(used_h) AS used_h, sum(borrowed_h) AS borrowed_h "
+            f"FROM utilization(0, {end}, {end}) GROUP BY 1")}  # fmt: skip
+    for share in expected.shares:  # the projection's own arithmetic agrees with the summary
+        assert usage[share.name]["used_h"] == pytest.approx(share.used_gpu_h)
+        assert usage[share.name]["borrowed_h"] == pytest.approx(share.borrowed_gpu_h)
+
+
+def test_compare_prints_side_by_side_and_draws_the_chart(files):
+    chart = files / "what-if.html"
+    result = CliRunner().invoke(app, ["simulate", "--trace", str(files / "t.csv"), "--compare",
+                                      str(files / "fixed.yaml"), str(files / "borrow.yaml"),
+                                      "--pool", "16", "--pool", "32", "--chart", str(chart),
+                                      "--no-progress"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    header = next(line for line in result.stdout.splitlines() if "fixed@16" in line)
+    assert all(name in header for name in ("fixed@32", "borrow@16", "borrow@32"))
+    page = chart.read_text()
+    assert page.count("<svg") == 2 and page.count("<path") == 8 and "<script" not in page
+    assert "borrow@32" in page
+
+
+@pytest.mark.parametrize("args, code, message", [
+    (["--config", "{f}/nope.yaml"], 2, "cannot read config"),
+    (["--config", "{f}/broken.yaml"], 2, "shares.0: borrow_limit can only be applied"),
+    (["--compare", "{f}/fixed.yaml", "{f}/borrow.yaml", "--out", "{f}/x.duckdb"], 2,
+     "--out writes one simulation's fact log"),
+    (["{f}/fixed.yaml", "{f}/borrow.yaml"], 2, "several configurations need --compare"),
+    ([], 2, "no configuration"),
+    (["--config", "{f}/fixed.yaml", "--chart", "{f}/c.png"], 2, "--chart must name an .html"),
+    (["--config", "{f}/fixed.yaml", "--pool", "0"], 2, "at least 1 instance"),
+    (["--compare", "{f}/fixed.yaml", "{f}/fixed.yaml"], 2, "two configurations share the name"),
+])  # fmt: skip
+def test_bad_requests_exit_with_a_clear_message(files, args, code, message):
+    (files / "broken.yaml").write_text(
+        "name: b\nenvironment: {max_instances: 4}\n"
+        "shares: [{name: a, teams: [team1], strategy: LEND, limit: 2, borrow_limit: 5}]\n")
+    result = CliRunner().invoke(app, ["simulate", "--trace", str(files / "t.csv"), "--no-progress",
+                                      *(a.format(f=files) for a in args)])  # fmt: skip
+    assert result.exit_code == code, result.output
+    assert message in result.output
+
+
+def test_a_bad_trace_exits_2(files):
+    (files / "bad.csv").write_text("job_id,submit_time_s,duration_s,gpus,team\na,1,5,x,t\n")
+    result = CliRunner().invoke(app, ["simulate", "--trace", str(files / "bad.csv"), "--config",
+                                      str(files / "fixed.yaml"), "--no-progress"])  # fmt: skip
+    assert result.exit_code == 2
+    assert "bad.csv:2: gpus must be an integer, got 'x'" in result.output
