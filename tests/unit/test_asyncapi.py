@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -53,6 +54,18 @@ def test_generation_is_deterministic_across_hash_seeds(rendered):
         )  # fmt: skip
         assert out.returncode == 0, out.stderr.decode()
         assert out.stdout.decode() == rendered
+
+
+def test_document_is_valid_asyncapi_3(doc):
+    """Against the official AsyncAPI 3.0.0 JSON Schema (schemas/3.0.0-without-$id.json of the
+    npm package @asyncapi/specs 6.11.1, Apache-2.0), vendored minified so the test is offline."""
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = json.loads((Path(__file__).parent / "asyncapi-3.0.0-schema.json").read_text())
+    validator = jsonschema.Draft7Validator(schema)
+    errors = [f"{list(e.path)}: {e.message[:200]}" for e in validator.iter_errors(doc)]
+    assert not errors, errors[:5]
+    broken = {**doc, "operations": {**doc["operations"], "Tick": {"channel": {}}}}
+    assert any(True for _ in validator.iter_errors(broken))  # the schema does check
 
 
 def _schema_of(doc: dict, channel: dict) -> dict:
