@@ -31,6 +31,7 @@ from events.subjects import (
     LEASES_BUCKET,
     SNAPSHOTS_BUCKET,
 )
+from services.auth import connect_options
 from services.settings import Settings, StreamOptions
 
 
@@ -48,10 +49,13 @@ async def connect(url: str, name: str, timeout: float = 10.0) -> Client:
     async def quiet(error: Exception) -> None:  # nats-py would print a traceback per retry
         pass
 
+    # "nats://a:4222,nats://b:4222": every seed of a cluster, so a start-up or a reconnect
+    # succeeds while any one of them is up; credentials and TLS come from the environment
+    servers = [part.strip() for part in url.split(",") if part.strip()] or [url]
     try:
         return await asyncio.wait_for(nats.connect(
-            url, name=name, max_reconnect_attempts=-1, reconnect_time_wait=0.5,
-            connect_timeout=2, allow_reconnect=True, error_cb=quiet,
+            servers, name=name, max_reconnect_attempts=-1, reconnect_time_wait=0.5,
+            connect_timeout=2, allow_reconnect=True, error_cb=quiet, **connect_options(),
         ), timeout)  # fmt: skip
     except (asyncio.TimeoutError, TimeoutError, OSError, nats.errors.NoServersError) as error:
         raise Unreachable(f"cannot reach NATS at {url} ({type(error).__name__})") from None
@@ -122,9 +126,14 @@ class FactAppender:
         self._pending: dict[int, asyncio.Future] = {}
         self._token = 0
         self._sub = None
+        self.serial = False
 
     async def start(self) -> FactAppender:
         self._sub = await self.nc.subscribe(f"{self._inbox}.*", cb=self._on_ack)
+        # A replicated stream refuses a fenced message while an earlier one on the same subject
+        # is still being proposed (10164 "wrong last sequence"): there, one message at a time.
+        info = await self.nc.jetstream().stream_info(FACTS_STREAM)
+        self.serial = (info.config.num_replicas or 1) > 1
         return self
 
     async def close(self) -> None:
@@ -149,6 +158,11 @@ class FactAppender:
         """
         if not messages:
             return []
+        if self.serial:
+            return await self._append_serially(messages)
+        return await self._pipelined(messages)
+
+    async def _pipelined(self, messages: list[tuple[str, bytes, dict[str, str]]]) -> list[asyncio.Future]:
         loop = asyncio.get_running_loop()
         last = len(messages) - 1
         future = loop.create_future()
@@ -163,6 +177,18 @@ class FactAppender:
             else:
                 await self.nc.publish(subject, payload, headers=headers)
             self.next_expected += 1
+        return [future]
+
+    async def _append_serially(self, messages, timeout: float = 5.0) -> list[asyncio.Future]:
+        """Each message waits for the one before it to be stored; the first one refused (or
+        unanswered) ends the append, and its future says why."""
+        future: asyncio.Future | None = None
+        for message in messages:
+            [future] = await self._pipelined([message])
+            try:
+                await asyncio.wait_for(asyncio.shield(future), timeout)
+            except (AppendRefused, asyncio.TimeoutError, TimeoutError):
+                break
         return [future]
 
     async def _on_ack(self, msg) -> None:

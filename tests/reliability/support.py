@@ -42,3 +42,29 @@ async def read_stream(js, stream: str, subject: str) -> list[tuple[int, dict[str
     finally:
         await sub.unsubscribe()
     return out
+
+
+async def publish_retrying(js, items, pace=None, published: list[int] | None = None,
+                           prefix: str = "w") -> list[int]:  # fmt: skip
+    """Publish workload items (command, route) the way a careful client does when the broker
+    may be down: each with a message id (`<prefix>-<index>`), retried until JetStream acks it.
+    A retry of a command that was stored after all is recognised by the stream's duplicate
+    window and acked with the first one's sequence, so each command is stored once."""
+    from events.subjects import COMMANDS_STREAM, subject_for_command
+    from services.client import _as_command
+
+    seqs = published if published is not None else []
+    for index, (command, route) in enumerate(items):
+        if pace is not None:
+            await pace(index)
+        decoded, data = _as_command(command)
+        subject = subject_for_command(decoded, route)
+        while True:
+            try:
+                ack = await js.publish(subject, data, stream=COMMANDS_STREAM, timeout=2.0,
+                                       headers={"Nats-Msg-Id": f"{prefix}-{index}"})  # fmt: skip
+                break
+            except Exception:  # the broker is restarting or a node is gone: try again
+                await asyncio.sleep(0.2)
+        seqs.append(ack.seq)
+    return seqs
