@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, PrivateAttr, model_validator
 
 from events.base import JobId, LogicalTime, Name, NameOrArn, Priority, Wire
 from events.values import (
@@ -132,6 +132,8 @@ class SubmitServiceJob(Command):
     timeout_config: TimeoutConfig | None = None
     client_token: Annotated[str, Field(min_length=1, max_length=64)] | None = None
     tags: Tags | None = None
+    # The payload's need, parsed once by the validator (a payload is up to 10 KiB of JSON).
+    _need: tuple[tuple[str, int], ...] | None = PrivateAttr(default=None)
 
     @model_validator(mode="after")
     def _need_is_known(self) -> SubmitServiceJob:
@@ -143,14 +145,16 @@ class SubmitServiceJob(Command):
         if (self.capacity_usage is None) == (self.service_request_payload is None):
             raise ValueError("give exactly one of capacityUsage or serviceRequestPayload")
         if self.service_request_payload is not None:
-            need_from_payload(self.service_request_payload)  # raises with a precise reason
+            self._need = need_from_payload(self.service_request_payload)  # raises precisely
         return self
 
     def need(self) -> tuple[tuple[str, int], ...]:
         """The instances this job needs, per capacity unit, in the order given."""
         if self.capacity_usage is not None:
             return tuple((item.capacity_unit, item.quantity) for item in self.capacity_usage)
-        return need_from_payload(self.service_request_payload)
+        if self._need is None:  # built without validation (model_construct)
+            return need_from_payload(self.service_request_payload)
+        return self._need
 
 
 def need_from_payload(payload: dict[str, Any] | str | None) -> tuple[tuple[str, int], ...]:
