@@ -43,9 +43,10 @@ def test_simulate_writes_the_fact_log_that_sql_reads(files):
     db = files / "sim.duckdb"
     result = CliRunner().invoke(app, ["simulate", "--trace", str(files / "t.csv"), "--config",
                                       str(files / "borrow.yaml"), "--out", str(db),
-                                      "--no-progress", "--shares"])  # fmt: skip
+                                      "--shares"])  # fmt: skip (progress bars on, as by default)
     assert result.exit_code == 0, result.output
     assert "utilization of the pool" in result.stdout and "borrow: per share" in result.stdout
+    assert "simulating borrow" in result.output and "wrote " in result.output
     expected = summarize(simulate(read_trace(str(files / "t.csv")),
                                   load_config(str(files / "borrow.yaml"))))  # fmt: skip
     assert expected.preemptions > 0 and expected.borrowed_gpu_h > 0
