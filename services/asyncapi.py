@@ -12,9 +12,11 @@ that is never connected, and FastStream's AsyncAPI 3.0 generator renders it:
 
 The kinds come from the `AnyCommand` / `AnyFact` unions, the subjects from the same functions
 the services route with (`events.subjects`), and the verbs from the services' own tables, so
-a new kind or verb appears here by itself.  What FastStream 0.7 cannot express (message
-headers, channel parameters, request/reply, the stream of a channel) is added to its output
-afterwards, in `_complete`.
+a new kind or verb appears here by itself.  Every message carries a real example: the first
+of its kind in the example command files or in their replay, and for the read verbs the
+scheduler's answer after the notebook story.  What FastStream 0.7 cannot express (message
+headers, examples, channel parameters, request/reply, the stream of a channel) is added to
+its output afterwards, in `_complete`.
 
     quotasched asyncapi --out docs/asyncapi.yaml     # regenerate the committed document
 """
@@ -24,6 +26,7 @@ from __future__ import annotations
 import inspect
 import json
 import warnings
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Literal, get_args
 
@@ -33,6 +36,7 @@ from faststream.specification import AsyncAPI
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from events.codec import DecodeError, decode_command, encode
 from events.commands import AnyCommand
 from events.facts import AnyFact
 from events.subjects import (
@@ -49,7 +53,9 @@ from services.executors.app import EXECUTOR_FACTS
 from services.projector import API_PREFIX as PROJ_PREFIX
 from services.projector import APPLIED_SUBJECT, QUEUE_GROUP as PROJ_QUEUE_GROUP
 from services.projector import api as projector_api
+from services.replay import replay_lines
 from services.scheduler import api as scheduler_api
+from services.scheduler.core import State
 
 TITLE = "quotasched"
 VERSION = "0.1.0"
@@ -274,6 +280,51 @@ def generate() -> dict[str, Any]:
     return _complete(spec.to_jsonable())
 
 
+# -- examples: the example command files, replayed ---------------------------------------------
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+STORY = "notebook.jsonl"  # the read verbs' examples answer from its final state
+API_EXAMPLES: dict[str, dict[str, Any]] = {
+    "describe-service-job": {"jobId": "med"},
+    "list-service-jobs": {"jobQueue": "q", "jobStatus": "ALL", "maxResults": 2},
+    "get-job-queue-snapshot": {"jobQueue": "q"},
+    "describe-quota-share": {"jobQueue": "q", "quotaShareName": "qs1"},
+    "describe-service-environments": {},
+    "describe-scheduling-policies": {},
+}
+
+
+def examples() -> tuple[dict[str, Any], dict[str, Any], dict[str, tuple[dict, dict]]]:
+    """Real messages: per command kind and per fact kind the first one found in the example
+    files (in name order) and its replay, and per read verb a request and the scheduler's
+    answer after the notebook story.  Named after the file and line they come from."""
+    if not (EXAMPLES / STORY).exists():
+        raise FileNotFoundError(f"{EXAMPLES / STORY} not found: generate the AsyncAPI document "
+                                "from a source checkout")  # fmt: skip
+    commands: dict[str, Any] = {}
+    facts: dict[str, Any] = {}
+    for path in sorted(EXAMPLES.glob("*.jsonl")):
+        lines = path.read_bytes().splitlines()
+        for number, line in enumerate(lines, start=1):
+            try:
+                kind = decode_command(line).kind
+            except DecodeError:
+                continue
+            commands.setdefault(kind, {"name": kind, "summary": f"examples/{path.name}, line {number}",
+                                       "payload": json.loads(line)})  # fmt: skip
+        for fact in replay_lines(lines):
+            facts.setdefault(fact.kind, {
+                "name": fact.kind, "payload": json.loads(encode(fact)),
+                "summary": f"quotasched replay examples/{path.name} (command on line {fact.command_seq})",
+            })  # fmt: skip
+    state = State()
+    for _ in replay_lines((EXAMPLES / STORY).read_bytes().splitlines(), state):
+        pass
+    answers = {verb: (request, scheduler_api.answer(state, verb, request))
+               for verb, request in API_EXAMPLES.items() if verb in scheduler_api.VERBS}  # fmt: skip
+    return commands, facts, answers
+
+
 # -- what FastStream 0.7 leaves out ------------------------------------------------------------
 
 COMMAND_HEADERS = {
@@ -313,6 +364,7 @@ def _complete(doc: dict[str, Any]) -> dict[str, Any]:
         message.pop("correlationId", None)  # FastStream's default; quotasched sets none
     commands = {kind_of(m) for m in command_models()}
     facts = {kind_of(m) for m in fact_models()}
+    command_examples, fact_examples, answers = examples()
     replies: dict[str, Any] = {}
     for key, channel in channels.items():
         params = {p: PARAMETERS[p] for p in PARAMETERS if "{%s}" % p in channel["address"]}
@@ -330,9 +382,19 @@ def _complete(doc: dict[str, Any]) -> dict[str, Any]:
             message["name"] = key
             if headers is not None:
                 message["headers"] = headers
+            example = command_examples.get(key) or fact_examples.get(key)
+            if example is not None:
+                message["examples"] = [example]
+            elif key[4:] in answers and key.startswith("api."):
+                message["examples"] = [{"name": key, "payload": answers[key[4:]][0]}]
         if key.startswith(("api.", "proj.")):
             replies[key] = {"name": f"{key}.reply", "title": f"{key} reply",
                             "payload": {"oneOf": [{"type": "object"}, ERROR_REPLY]}}  # fmt: skip
+            if key.startswith("api.") and key[4:] in answers:
+                replies[key]["examples"] = [{
+                    "name": f"{key}.reply", "payload": answers[key[4:]][1],
+                    "summary": f"the answer after quotasched replay examples/{STORY}",
+                }]  # fmt: skip
     if replies:
         channels["reply"] = {
             "address": None,

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from events.codec import decode_command
+from events.codec import decode_command, decode_fact
 from events.commands import COMMAND_KINDS
 from events.subjects import JOB_ID_COMMANDS, subject_for_command
 from services import asyncapi
@@ -107,6 +107,23 @@ def test_every_fact_kind_is_a_channel_with_its_model(doc):
         schema = _resolve(doc, message["payload"]["$ref"])
         assert schema["properties"]["kind"]["const"] == kind
         assert {"at", "commandSeq"} <= set(schema["required"])
+
+
+def test_every_kind_has_a_real_example_that_decodes(doc):
+    """Examples come from the example files and their replay: each must be a valid message of
+    its own kind, and every kind must have one (the example files cover them all)."""
+    messages = doc["components"]["messages"]
+    for model in [*asyncapi.command_models(), *asyncapi.fact_models()]:
+        kind = asyncapi.kind_of(model)
+        (ref,) = doc["channels"][kind]["messages"].values()
+        (example,) = _resolve(doc, ref["$ref"])["examples"]
+        decode = decode_command if kind in COMMAND_KINDS else decode_fact
+        assert decode(json.dumps(example["payload"])).kind == kind, example["summary"]
+    replies = [m for name, m in messages.items()
+               if name.startswith("api.") and name.endswith(".reply") and "examples" in m]
+    assert len(replies) >= 5
+    for reply in replies:
+        assert "error" not in reply["examples"][0]["payload"], reply["name"]
 
 
 def test_every_read_verb_is_a_request_reply_channel(doc):
