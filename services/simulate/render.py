@@ -104,8 +104,11 @@ def _panel(title: str, unit: str, series_list: list[Series], values: list[list[f
     out = [f'<svg width="{WIDTH}" height="{HEIGHT}" role="img" aria-label="{html.escape(title)}">',
            f'<rect x="{LEFT}" y="{TOP}" width="{plot_w}" height="{plot_h}" fill="#fafafa" '
            'stroke="#ccc"/>']  # fmt: skip
-    for k in range(5):
-        v = top * k / 4
+    tick = _nice(top / 4)
+    ticks = max(1, math.ceil(top / tick - 1e-9))
+    top = tick * ticks
+    for k in range(ticks + 1):
+        v = tick * k
         out.append(f'<line x1="{LEFT}" x2="{LEFT + plot_w}" y1="{y(v):.1f}" y2="{y(v):.1f}" '
                    f'stroke="#e4e4e4"/><text x="{LEFT - 6}" y="{y(v) + 4:.1f}" '
                    f'text-anchor="end">{v:g}{unit}</text>')  # fmt: skip
