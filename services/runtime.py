@@ -19,6 +19,7 @@ from services import logs
 from services.bus import connect, ensure_streams
 from services.embedded import EmbeddedServer
 from services.executors.app import build_executor
+from services.metrics import MetricsEndpoint, ProjectorPart, SchedulerPart
 from services.projector.service import Projector, ProjectorOptions
 from services.projector.thread import ProjectorThread
 from services.scheduler.service import Scheduler
@@ -55,6 +56,8 @@ class Stack:
         self.projector_required = projector_required
         self.projector: Projector | None = None
         self.failed: BaseException | None = None  # why the projector stopped, if it did
+        self.metrics: MetricsEndpoint | None = None  # GET /metrics, /healthz (metrics_port)
+        self._nc = None
         self.stop = asyncio.Event()
         self._exit = AsyncExitStack()
         self._task: asyncio.Task | None = None
@@ -74,13 +77,14 @@ class Stack:
             self._exit.callback(self.server.stop)
             self.url = self.server.url
             self.settings = self.settings.model_copy(update={"nats_url": self.url})
-        nc = await connect(self.url, "quotasched-scheduler")
+        nc = self._nc = await connect(self.url, "quotasched-scheduler")
         self._exit.push_async_callback(nc.close)
         await ensure_streams(nc.jetstream(), self.settings)
         if self.with_scheduler:
             self.scheduler = Scheduler(nc, self.settings)
             self._task = asyncio.create_task(self.scheduler.run(self.stop))
             self._exit.push_async_callback(self._stop_scheduler)
+            await self.expose(self.scheduler)
             await asyncio.wait_for(self.scheduler.leading.wait(), self.settings.lease_ttl_s * 3)
         if self.projector_db is not None:
             await self._start_projector()
@@ -106,6 +110,25 @@ class Stack:
         self._exit.push_async_callback(self._stop_projector)
         await asyncio.to_thread(runner.start)  # raises why it could not start
         self.projector = runner.projector
+        endpoint = await self._metrics()
+        if endpoint is not None:
+            endpoint.add(ProjectorPart(runner, self._nc.jetstream()))
+
+    async def expose(self, scheduler: Scheduler) -> None:
+        """Serve a scheduler's metrics and health on the metrics port, when one is set (also
+        for a scheduler run outside the stack, as `quotasched scheduler` does)."""
+        endpoint = await self._metrics()
+        if endpoint is not None:
+            endpoint.add(SchedulerPart(scheduler))
+
+    async def _metrics(self) -> MetricsEndpoint | None:
+        if self.settings.metrics_port is None:
+            return None
+        if self.metrics is None:
+            endpoint = MetricsEndpoint(self.settings.metrics_host, self.settings.metrics_port)
+            self.metrics = await endpoint.start()
+            self._exit.push_async_callback(endpoint.close)
+        return self.metrics
 
     def _projector_ended(self, error: BaseException | None) -> None:
         if error is None or self.failed is not None or self.projector is None:

@@ -37,4 +37,7 @@ class Settings(BaseSettings):
     batch_commands: int = Field(512, ge=1, le=1000)  # commands decided per atomic append
     max_ack_pending: int = Field(20_000, ge=1)
     publish_timeout_s: float = Field(5.0, gt=0)
+    # GET /metrics and /healthz of the scheduler and the projector (docs/metrics.md); None: off
+    metrics_port: int | None = Field(None, ge=0, le=65535)  # 0: any free port
+    metrics_host: str = "127.0.0.1"  # 0.0.0.0 to be scraped from other hosts or containers
     streams: StreamOptions = Field(default_factory=StreamOptions)

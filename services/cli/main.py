@@ -157,6 +157,14 @@ NatsUrl = Annotated[
 ]
 
 
+MetricsPort = Annotated[
+    Optional[int],
+    typer.Option("--metrics-port", envvar="QUOTASCHED_METRICS_PORT", min=0, max=65535,
+                 help="Serve GET /metrics (Prometheus) and /healthz on this port (0: any free "
+                      "port; default: off; host: QUOTASCHED_METRICS_HOST, 127.0.0.1)."),
+]
+
+
 def _settings(nats_url: Optional[str], **values) -> "Settings":
     from services.settings import Settings
 
@@ -172,6 +180,7 @@ def up(
     speed: Annotated[float, typer.Option("--speed", help="Simulated executor: time speed-up factor.")] = 1.0,
     db: Annotated[Optional[Path], typer.Option("--db", help="The projector's DuckDB file (default: <data-dir>/quotasched.duckdb).")] = None,
     no_projector: Annotated[bool, typer.Option("--no-projector", help="Do not run the projector.")] = False,
+    metrics_port: MetricsPort = None,
 ) -> None:
     """Start everything: nats-server (unless --nats-url), the scheduler, the projector and an
     executor.
@@ -190,7 +199,7 @@ def up(
         typer.echo("quotasched up: --executor must be simulated, process or none", err=True)
         raise typer.Exit(2)
     logs.configure()
-    settings = _settings(nats_url, data_dir=str(data_dir))
+    settings = _settings(nats_url, data_dir=str(data_dir), metrics_port=metrics_port)
     projector_db = None if no_projector else str(db if db is not None else data_dir / "quotasched.duckdb")
     try:
         code = asyncio.run(serve(settings, port=port, executor=executor, speed=speed,
@@ -212,6 +221,7 @@ def up(
 def scheduler(
     nats_url: NatsUrl = None,
     partition: Annotated[str, typer.Option(help="Scheduling partition (lease key).")] = "main",
+    metrics_port: MetricsPort = None,
 ) -> None:
     """Run one scheduler instance against a NATS server; a second one is a hot standby."""
     import asyncio
@@ -225,14 +235,17 @@ def scheduler(
     logs.configure()
 
     async def run() -> None:
-        stack = Stack(_settings(nats_url, partition=partition), executor="none", scheduler=False)
+        stack = Stack(_settings(nats_url, partition=partition, metrics_port=metrics_port),
+                      executor="none", scheduler=False)  # fmt: skip
         async with stack:
             from services.bus import connect
             from services.scheduler.service import Scheduler
 
             nc = await connect(nats_url, "quotasched-scheduler")
             stop_on_signals(stack.stop)
-            await Scheduler(nc, stack.settings).run(stack.stop)
+            instance = Scheduler(nc, stack.settings)
+            await stack.expose(instance)
+            await instance.run(stack.stop)
             await nc.close()
 
     asyncio.run(run())
@@ -267,6 +280,7 @@ def executor_command(
 def projector_command(
     nats_url: NatsUrl = None,
     db: Annotated[Path, typer.Option("--db", envvar="QUOTASCHED_PROJECTION_DB", help="The DuckDB file to keep up to date (created when new).")] = Path(".quotasched/quotasched.duckdb"),
+    metrics_port: MetricsPort = None,
 ) -> None:
     """Run the projector: apply the fact log to a DuckDB file and answer queries over NATS.
 
@@ -293,8 +307,9 @@ def projector_command(
     logs.configure()
 
     async def run() -> BaseException | None:
-        async with Stack(_settings(nats_url), executor="none", scheduler=False,
-                         projector_db=str(db), projector_required=True) as stack:  # fmt: skip
+        async with Stack(_settings(nats_url, metrics_port=metrics_port), executor="none",
+                         scheduler=False, projector_db=str(db),
+                         projector_required=True) as stack:  # fmt: skip
             stop_on_signals(stack.stop)
             await stack.stop.wait()
         return stack.failed

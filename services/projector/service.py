@@ -57,6 +57,7 @@ import projections
 from events.subjects import FACTS_STREAM
 from projections import store as store_module
 from services import logs
+from services.metrics import APPLY_BUCKETS, Histogram
 from services.projector import API_PREFIX, APPLIED_SUBJECT, QUEUE_GROUP, api
 from services.scheduler.log import ALL_FACTS, stream_seq
 
@@ -114,6 +115,7 @@ class Projector:
         self.facts_applied = 0
         self.batches = 0
         self.apply_seconds = 0.0
+        self.apply_latency = Histogram(APPLY_BUCKETS)  # per batch, for the metrics endpoint
         self.applied_at: float | None = None  # wall clock of the last commit
         self._buffer: list = []
         self._last_seen = 0  # last fact seq taken from the buffer (gap detection)
@@ -398,6 +400,7 @@ class Projector:
         self.facts_applied += applied
         self.batches += 1
         self.apply_seconds += seconds
+        self.apply_latency.observe(seconds)
         self.applied_at = time.time()
 
     async def _announce(self, applied: int) -> None:

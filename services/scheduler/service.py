@@ -38,6 +38,7 @@ from events.subjects import (
 )
 from services import logs
 from services.bus import AppendRefused, FactAppender, ensure_streams
+from services.metrics import WriterStats
 from services.scheduler.api import answer
 from services.scheduler.lease import Lease
 from services.scheduler.log import ALL_FACTS, Recovered, recover, save_snapshot
@@ -60,6 +61,7 @@ class InFlight:
     last_message: object  # the batch's last command message: acking it acks the batch
     decided_through: int
     facts: int
+    out: list  # the appended (subject, payload, headers), counted once stored
 
 
 class Scheduler:
@@ -73,6 +75,8 @@ class Scheduler:
         self.leading = asyncio.Event()
         self.commands_decided = 0
         self.facts_appended = 0
+        self.term: int | None = None  # the lease revision this instance's last term began with
+        self.stats = WriterStats()  # per-batch counts for the metrics endpoint
         self._since_snapshot = 0
         self._durable_through = 0  # decided_through of the last batch whose facts all landed
 
@@ -82,6 +86,7 @@ class Scheduler:
         await ensure_streams(self.js, self.settings)
         while not stop.is_set():
             if await self.lease.acquire():
+                self.term = self.lease.revision
                 log.info("leading", partition=self.partition, holder=self.lease.holder)
                 try:
                     await self._lead(stop)
@@ -141,13 +146,15 @@ class Scheduler:
                         await self._land(inflight)
                         inflight = None
                     continue
+                started = time.perf_counter()
                 out, decided = self._decide_batch(batch)
+                self.stats.decide_seconds.observe(time.perf_counter() - started)
                 if not self.lease.valid():
                     raise SteppedDown("lease expired before the append")
                 futures = await appender.append(out) if out else []
                 if inflight is not None:
                     await self._land(inflight)
-                inflight = InFlight(futures, batch[-1], decided, len(out))
+                inflight = InFlight(futures, batch[-1], decided, len(out), out)
                 if inbox.empty():
                     await self._land(inflight)
                     inflight = None
@@ -244,6 +251,7 @@ class Scheduler:
         await inflight.last_message.ack()
         self._durable_through = inflight.decided_through
         self.facts_appended += inflight.facts
+        self.stats.landed(inflight.out)
         self._since_snapshot += inflight.facts
         if self._since_snapshot >= self.settings.snapshot_every and self._caught_up():
             self._since_snapshot = 0
