@@ -6,7 +6,8 @@ Design.  The scheduler's state is a plain mutable object graph changed only by i
 on that same loop (`asyncio.start_server`): a scrape runs between two batches and reads a
 consistent state, with no lock and no copy.  The gauges (usage, limits, borrowed, lent, jobs
 by status) are computed from the state at scrape time by a custom collector, so a command
-pays nothing for them.  What the state does not keep (dispatches and preemptions so far, how
+pays nothing for them (the queued jobs are walked in slices, handing the loop back to the
+writer in between).  What the state does not keep (dispatches and preemptions so far, how
 long deciding took) is counted by `WriterStats`, once per batch: one histogram observation
 when a batch is decided, and one C-level `Counter.update` over the subjects of the facts when
 they are stored (the subject carries queue, share and kind; the payloads are read only in the
