@@ -52,7 +52,7 @@ DECIDE_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.
                   0.5, 1.0, 2.5)  # fmt: skip
 APPLY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 QUERY_TIMEOUT_S = 1.0  # for what a scrape asks the server
-SCAN_CHUNK = 10_000  # queued jobs checked between two turns of the writer's event loop
+SCAN_CHUNK = 5_000  # queued jobs checked between two turns of the writer's event loop
 QUEUED_STATUSES = (JobStatus.RUNNABLE, JobStatus.SCHEDULED, JobStatus.STARTING, JobStatus.RUNNING)
 
 _SUBJECT = itemgetter(0)
