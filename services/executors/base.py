@@ -98,7 +98,12 @@ class Executor:
         if attempt is None or attempt.attempt != attempt_number or attempt.task is None:
             return
         attempt.task.cancel()
-        await attempt.stopped.wait()
+        # a task cancelled before its first step never runs its `finally` (a termination right
+        # after the dispatch): wait for the task itself, then mark the attempt stopped here
+        await asyncio.gather(attempt.task, return_exceptions=True)
+        attempt.stopped.set()
+        if self.running.get(job_id) is attempt:
+            del self.running[job_id]
 
     async def report(self, attempt: Attempt, status: str, reason: str | None = None) -> None:
         command = {"kind": "ReportJobStatus", "jobId": attempt.job_id, "status": status,
