@@ -1,24 +1,37 @@
-"""NATS credentials and permissions: what each role may publish and subscribe to, derived
-from the subject scheme in `events.subjects`, and how a process presents its credentials.
+"""NATS users and subject permissions, derived from the subject scheme in `events.subjects`,
+and how a process presents its credentials.
 
-Roles:
-  admin                  configure everything (service environments, policies, queues, shares)
-  scheduler, projector   the services (the scheduler is the only writer of the fact log)
-  executor               report job status (ReportJobStatus on any job's subject) and read
-                         the facts that start and stop attempts
-  pipeline-<q>-<share>   submit, update and terminate jobs in its own quota share, and read
-                         the facts of that share only (with a filtered ordered consumer)
+`quotasched auth generate` turns a configuration (the YAML of `quotasched config apply`, or a
+command file) into a nats-server configuration fragment with one user per role, and one
+credentials file per role.  The roles:
 
-A process presents its credentials through the environment, so every entry point (CLI,
-client, services) uses them alike: QUOTASCHED_NATS_USER and QUOTASCHED_NATS_PASSWORD, and
-QUOTASCHED_NATS_TLS_CA (a CA bundle: the connection uses TLS and verifies the server).
+  admin                  configures everything; every subject
+  scheduler, projector   the services; only the scheduler may append to the fact log
+  executor               publishes ReportJobStatus (on any job's subject) and reads the fact
+                         log through consumers; nothing else
+  pipeline-<q>-<share>   publishes SubmitServiceJob, UpdateServiceJob and TerminateServiceJob
+                         on its own share's subjects only, and reads its own share's facts
+                         through a consumer whose filter is its share (the server refuses to
+                         create a consumer with any other filter); no read requests (qm.api
+                         answers about every queue, so a pipeline is not given it)
+
+Every role has its own inbox prefix (`_INBOX_<role>`) and may subscribe to nothing else: the
+replies and consumer deliveries of one role never reach another (a shared `_INBOX.>` would let
+one team receive another's facts).
+
+A process presents its credentials through the environment, so every entry point (CLI, Python
+client, services) uses them alike: QUOTASCHED_NATS_USER, QUOTASCHED_NATS_PASSWORD,
+QUOTASCHED_NATS_INBOX_PREFIX, and QUOTASCHED_NATS_TLS_CA (a CA bundle: TLS, with the server's
+certificate verified against it).  A role's credentials file holds those lines.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import ssl
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,92 +39,169 @@ from typing import Any
 from events.subjects import (
     API_PREFIX,
     COMMANDS_PREFIX,
-    COMMANDS_STREAM,
     FACTS_PREFIX,
     FACTS_STREAM,
     LEASES_BUCKET,
     SNAPSHOTS_BUCKET,
 )
 
-USER_ENV, PASSWORD_ENV, TLS_CA_ENV = (
-    "QUOTASCHED_NATS_USER", "QUOTASCHED_NATS_PASSWORD", "QUOTASCHED_NATS_TLS_CA")
+USER_ENV = "QUOTASCHED_NATS_USER"
+PASSWORD_ENV = "QUOTASCHED_NATS_PASSWORD"
+INBOX_ENV = "QUOTASCHED_NATS_INBOX_PREFIX"
+TLS_CA_ENV = "QUOTASCHED_NATS_TLS_CA"
 
 JOB_COMMANDS = ("SubmitServiceJob", "UpdateServiceJob", "TerminateServiceJob")
-# what an executor acts on (services.executors.app.EXECUTOR_FACTS)
-EXECUTOR_FACTS = ("JobSubmitted", "JobDispatched", "JobPreempted", "JobStatusChanged")
-# read requests a pipeline may ask the scheduler (no configuration verbs exist on qm.api)
-PIPELINE_API = ("describe-service-job", "list-service-jobs", "get-job-queue-snapshot",
-                "describe-job-queues", "describe-quota-shares")  # fmt: skip
+PROJECTOR_PREFIX = "qm.proj"  # services.projector.API_PREFIX
+PROJECTED = "qm.projected"  # services.projector.APPLIED_SUBJECT
 
 
 def connect_options(environ: dict[str, str] | None = None) -> dict[str, Any]:
-    """nats.connect keyword arguments for the credentials and TLS CA in the environment."""
+    """nats.connect keyword arguments for the credentials, inbox prefix and TLS CA in the
+    environment (nothing when none is set)."""
     environ = os.environ if environ is None else environ
     options: dict[str, Any] = {}
     if environ.get(USER_ENV):
         options["user"] = environ[USER_ENV]
         options["password"] = environ.get(PASSWORD_ENV, "")
+    if environ.get(INBOX_ENV):
+        options["inbox_prefix"] = environ[INBOX_ENV]
     if environ.get(TLS_CA_ENV):
         options["tls"] = ssl.create_default_context(cafile=environ[TLS_CA_ENV])
     return options
 
 
+def broker_options(environ: dict[str, str] | None = None) -> dict[str, Any]:
+    """The same, as FastStream's NatsBroker keyword arguments (its `security` object)."""
+    from faststream.security import BaseSecurity, SASLPlaintext
+
+    options = connect_options(environ)
+    broker: dict[str, Any] = {}
+    if "inbox_prefix" in options:
+        broker["inbox_prefix"] = options["inbox_prefix"]
+    if "user" in options:
+        broker["security"] = SASLPlaintext(options["user"], options["password"],
+                                           ssl_context=options.get("tls"))  # fmt: skip
+    elif "tls" in options:
+        broker["security"] = BaseSecurity(ssl_context=options["tls"])
+    return broker
+
+
 @dataclass
 class Role:
     name: str
-    publish: list[str] = field(default_factory=list)
-    subscribe: list[str] = field(default_factory=list)
+    publish: list[str]
+    subscribe: list[str]
+    allow_responses: bool = False
     password: str = field(default_factory=lambda: secrets.token_urlsafe(24))
 
+    @property
+    def inbox(self) -> str:
+        return f"_INBOX_{self.name}"
 
-def _js_api(*verbs: str) -> list[str]:
+    def user(self) -> dict[str, Any]:
+        permissions: dict[str, Any] = {"publish": {"allow": self.publish},
+                                       "subscribe": {"allow": [*self.subscribe, f"{self.inbox}.>"]}}
+        if self.allow_responses:
+            permissions["allow_responses"] = True
+        return {"user": self.name, "password": self.password, "permissions": permissions}
+
+    def environment(self, tls_ca: str | None = None) -> dict[str, str]:
+        env = {USER_ENV: self.name, PASSWORD_ENV: self.password, INBOX_ENV: self.inbox}
+        if tls_ca:
+            env[TLS_CA_ENV] = tls_ca
+        return env
+
+
+def _js(*verbs: str) -> list[str]:
     return [f"$JS.API.{verb}" for verb in verbs]
 
 
-def _reader(stream: str, subject_filter: str | None = None) -> list[str]:
-    """What reading `stream` with an ordered consumer needs: create it (filtered on a subject
-    when given, so the server refuses any other filter), ask about it and the stream, and
-    delete it again; plus flow-control replies."""
-    create = (f"CONSUMER.CREATE.{stream}.*.{subject_filter}" if subject_filter
-              else f"CONSUMER.CREATE.{stream}.>")  # fmt: skip
-    return [*_js_api("INFO", create, f"CONSUMER.INFO.{stream}.*",
-                     f"CONSUMER.DELETE.{stream}.*", f"STREAM.INFO.{stream}"),
+def fact_reader(subject_filter: str) -> list[str]:
+    """What reading the fact log through a consumer filtered on `subject_filter` needs: create
+    it by name with that filter in the subject (the server checks the filter against the
+    subject), ask for its info, delete it, and answer flow control."""
+    return [*_js("INFO", f"STREAM.INFO.{FACTS_STREAM}",
+                 f"CONSUMER.CREATE.{FACTS_STREAM}.*.{subject_filter}",
+                 f"CONSUMER.INFO.{FACTS_STREAM}.*", f"CONSUMER.DELETE.{FACTS_STREAM}.*"),
             "$JS.FC.>"]  # fmt: skip
 
 
-def roles(queues: dict[str, list[str]]) -> list[Role]:
-    """Every role for the job queues and their quota shares ({queue: [share, ...]})."""
-    everything = Role("admin", publish=[f"{COMMANDS_PREFIX}.>", f"{API_PREFIX}.>", "qm.proj.>",
-                                        "$JS.API.>", "$JS.ACK.>", "$JS.FC.>"],
-                      subscribe=[f"{FACTS_PREFIX}.>", "_INBOX.>"])  # fmt: skip
-    service = ["$JS.API.>", "$JS.ACK.>", "$JS.FC.>", f"$KV.{LEASES_BUCKET}.>",
-               f"$O.{SNAPSHOTS_BUCKET}.>"]  # fmt: skip
-    scheduler = Role("scheduler",
-                     publish=[f"{COMMANDS_PREFIX}.~.~.Tick", f"{FACTS_PREFIX}.>", *service],
-                     subscribe=[f"{COMMANDS_PREFIX}.>", f"{API_PREFIX}.>", "_INBOX.>",
-                                f"$KV.{LEASES_BUCKET}.>", f"$O.{SNAPSHOTS_BUCKET}.>"])  # fmt: skip
-    projector = Role("projector", publish=[*service], subscribe=[f"{FACTS_PREFIX}.>",
-                                                                 "qm.proj.>", "_INBOX.>"])
-    executor = Role(
-        "executor",
-        publish=[f"{COMMANDS_PREFIX}.*.*.ReportJobStatus",
-                 *_js_api("INFO", f"STREAM.INFO.{FACTS_STREAM}",
-                          f"CONSUMER.CREATE.{FACTS_STREAM}.>", f"CONSUMER.INFO.{FACTS_STREAM}.*",
-                          f"CONSUMER.DURABLE.CREATE.{FACTS_STREAM}.*",
-                          f"STREAM.INFO.{COMMANDS_STREAM}",
-                          f"STREAM.NAMES", f"CONSUMER.MSG.NEXT.{FACTS_STREAM}.*"),
-                 "$JS.ACK.{}.>".format(FACTS_STREAM), "$JS.FC.>"],
-        subscribe=[*(f"{FACTS_PREFIX}.*.*.{kind}" for kind in EXECUTOR_FACTS), "_INBOX.>"],
-    )  # fmt: skip
-    out = [everything, scheduler, projector, executor]
-    for queue, shares in sorted(queues.items()):
-        for share in sorted(shares):
-            own_facts = f"{FACTS_PREFIX}.{queue}.{share}.*"
-            out.append(Role(
-                f"pipeline-{queue}-{share}",
-                publish=[*(f"{COMMANDS_PREFIX}.{queue}.{share}.{kind}" for kind in JOB_COMMANDS),
-                         *(f"{API_PREFIX}.{verb}" for verb in PIPELINE_API),
-                         *_reader(FACTS_STREAM, own_facts)],
-                subscribe=["_INBOX.>"],
-            ))  # fmt: skip
+def roles(shares: Iterable[tuple[str, str]]) -> list[Role]:
+    """Every role, with one pipeline per (job queue, quota share)."""
+    stores = [f"$KV.{LEASES_BUCKET}.>", f"$O.{SNAPSHOTS_BUCKET}.>"]
+    service_api = ["$JS.API.>", "$JS.ACK.>", "$JS.FC.>"]
+    out = [
+        Role("admin", publish=[">"], subscribe=[">"]),
+        Role("scheduler", publish=[f"{COMMANDS_PREFIX}.~.~.Tick", f"{FACTS_PREFIX}.>",
+                                   *service_api, *stores],
+             subscribe=[f"{API_PREFIX}.>", *stores], allow_responses=True),
+        Role("projector", publish=[*service_api, PROJECTED],
+             subscribe=[f"{PROJECTOR_PREFIX}.>"], allow_responses=True),
+        Role("executor", publish=[f"{COMMANDS_PREFIX}.*.*.ReportJobStatus",
+                                  *_js("INFO", "STREAM.INFO.*", "STREAM.NAMES",
+                                       f"CONSUMER.CREATE.{FACTS_STREAM}.>",
+                                       f"CONSUMER.DURABLE.CREATE.{FACTS_STREAM}.*",
+                                       f"CONSUMER.INFO.{FACTS_STREAM}.*",
+                                       f"CONSUMER.MSG.NEXT.{FACTS_STREAM}.*"),
+                                  f"$JS.ACK.{FACTS_STREAM}.>", "$JS.FC.>"],
+             subscribe=[]),
+    ]  # fmt: skip
+    for queue, share in sorted(set(shares)):
+        out.append(Role(
+            f"pipeline-{queue}-{share}",
+            publish=[*(f"{COMMANDS_PREFIX}.{queue}.{share}.{kind}" for kind in JOB_COMMANDS),
+                     *fact_reader(f"{FACTS_PREFIX}.{queue}.{share}.*")],
+            subscribe=[],
+        ))  # fmt: skip
     return out
+
+
+def shares_of(path: str | Path) -> list[tuple[str, str]]:
+    """(job queue, quota share) pairs declared in a configuration: the YAML of `quotasched
+    config apply`, or a command file (JSON Lines) whose CreateQuotaShare commands count."""
+    path = Path(path)
+    if path.suffix in (".yaml", ".yml"):
+        from services.config_as_code import load
+
+        return list(load(path).shares)
+    pairs = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            command = json.loads(line)
+            if isinstance(command, dict) and command.get("kind") == "CreateQuotaShare":
+                pairs.append((command["jobQueue"], command["quotaShareName"]))
+    return pairs
+
+
+def server_config(all_roles: list[Role]) -> str:
+    """A nats-server configuration fragment (JSON is valid nats-server configuration)."""
+    document = {"authorization": {"users": [role.user() for role in all_roles]}}
+    return ("# quotasched auth generate: users and subject permissions per role.\n"
+            "# Include it in the server's configuration, or start nats-server -c with it.\n"
+            + json.dumps(document, indent=2) + "\n")  # fmt: skip
+
+
+def write(all_roles: list[Role], out: Path, tls_ca: str | None = None) -> list[Path]:
+    """nats-server.conf and creds/<role>.env (mode 0600) under `out`; returns the paths."""
+    creds = out / "creds"
+    creds.mkdir(parents=True, exist_ok=True)
+    written = [out / "nats-server.conf"]
+    written[0].write_text(server_config(all_roles))
+    written[0].chmod(0o600)
+    for role in all_roles:
+        path = creds / f"{role.name}.env"
+        path.write_text("".join(f"{key}={value}\n"
+                                for key, value in role.environment(tls_ca).items()))  # fmt: skip
+        path.chmod(0o600)
+        written.append(path)
+    return written
+
+
+def read_credentials(path: str | Path) -> dict[str, str]:
+    """The variables of a credentials file (KEY=value lines)."""
+    env = {}
+    for line in Path(path).read_text().splitlines():
+        if "=" in line and not line.lstrip().startswith("#"):
+            key, value = line.split("=", 1)
+            env[key.strip()] = value.strip()
+    return env

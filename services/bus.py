@@ -86,16 +86,32 @@ async def ensure_streams(js: JetStreamContext, settings: Settings) -> None:
         _stream_config(FACTS_STREAM, [f"{FACTS_PREFIX}.>"], options),
     ):
         try:
-            await js.stream_info(config.name)
+            info = await js.stream_info(config.name)
         except NotFoundError:
             await js.add_stream(config)
         else:
-            await js.update_stream(config)
-    await js.create_key_value(KeyValueConfig(
-        bucket=LEASES_BUCKET, history=1, ttl=settings.lease_ttl_s, replicas=options.replicas,
-        storage=StorageType.FILE if options.storage == "file" else StorageType.MEMORY,
-    ))  # fmt: skip
-    await js.create_object_store(SNAPSHOTS_BUCKET, replicas=options.replicas)
+            # only what differs is updated: a process whose credentials may not manage streams
+            # (an executor) starts against streams already declared as it would declare them
+            have = info.config.as_dict()
+            if any(have.get(key) != value for key, value in config.as_dict().items()):
+                await js.update_stream(config)
+    # the buckets are created when missing and otherwise left as the first process made them
+    # (a process with another lease TTL does not fail on the existing bucket)
+    if not await _exists(js, f"KV_{LEASES_BUCKET}"):
+        await js.create_key_value(KeyValueConfig(
+            bucket=LEASES_BUCKET, history=1, ttl=settings.lease_ttl_s, replicas=options.replicas,
+            storage=StorageType.FILE if options.storage == "file" else StorageType.MEMORY,
+        ))  # fmt: skip
+    if not await _exists(js, f"OBJ_{SNAPSHOTS_BUCKET}"):
+        await js.create_object_store(SNAPSHOTS_BUCKET, replicas=options.replicas)
+
+
+async def _exists(js: JetStreamContext, stream: str) -> bool:
+    try:
+        await js.stream_info(stream)
+    except NotFoundError:
+        return False
+    return True
 
 
 class AppendRefused(Exception):

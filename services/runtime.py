@@ -16,6 +16,7 @@ from contextlib import AsyncExitStack
 from faststream.nats import NatsBroker
 
 from services import logs
+from services.auth import broker_options
 from services.bus import connect, ensure_streams
 from services.embedded import EmbeddedServer
 from services.executors.app import build_executor
@@ -89,7 +90,7 @@ class Stack:
         if self.projector_db is not None:
             await self._start_projector()
         if self.executor_kind != "none":
-            broker = NatsBroker(self.url, logger=None)
+            broker = NatsBroker(self.url.split(","), logger=None, **broker_options())
             build_executor(broker, self.executor_kind, speed=self.speed)
             await broker.start()
             self._exit.push_async_callback(broker.stop)

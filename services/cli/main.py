@@ -368,6 +368,7 @@ from services.cli.aws import register; register(app)  # noqa: E402,E702  (aws ve
 from services.cli.projections_cli import register as register_projections; register_projections(app)  # noqa: E402,E702
 from services.cli.audit_cli import register as _audit; _audit(app)  # noqa: E402,E702  (audit verify, explain)
 from services.cli.report_cli import register as _report; _report(app)  # noqa: E402,E702  (report: charts)
+from services.cli.auth_cli import register as _auth; _auth(app)  # noqa: E402,E702  (auth generate)
 from services.cli.simulate_cli import register as _simulate; _simulate(app)  # noqa: E402,E702  (simulate, synth-trace)
 from services.cli.config_cli import register as _config; _config(app)  # noqa: E402,E702  (config apply, export)
 

@@ -117,7 +117,6 @@ async def test_cluster_node_leading_the_fact_log_killed_under_load(tmp_path, spa
     items = generate_workload(seed=3, count=COMMANDS)
     cluster = Cluster(tmp_path).start()
     replicated = {**NO_TICKS, "QUOTASCHED_STREAM_REPLICAS": "3"}
-    # the lease TTL of the spawned schedulers: every process declares the bucket alike
     settings = Settings(nats_url=cluster.url, lease_ttl_s=3, streams=StreamOptions(replicas=3))
     try:
         async with Bus(cluster.url) as bus:

@@ -55,9 +55,7 @@ SCHEDULER_KILLS = 22
 PROJECTOR_KILLS = 6
 COMMANDS = 5000
 FAST_LEASE = {**NO_TICKS, "QUOTASCHED_LEASE_TTL_S": "2"}
-# every process declares the lease bucket with its own TTL, so they must all agree on it
-SMALL_BATCHES = {"QUOTASCHED_LEASE_TTL_S": "2", "QUOTASCHED_PROJECTOR_MAX_BATCH": "20",
-                 "QUOTASCHED_PROJECTOR_MAX_WAIT_MS": "0"}
+SMALL_BATCHES = {"QUOTASCHED_PROJECTOR_MAX_BATCH": "20", "QUOTASCHED_PROJECTOR_MAX_WAIT_MS": "0"}
 
 
 async def test_scheduler_and_projector_killed_at_random_points(tmp_path, nats_server, spawn):
