@@ -77,6 +77,7 @@ class Scheduler:
         self.facts_appended = 0
         self.term: int | None = None  # the lease revision this instance's last term began with
         self.stats = WriterStats()  # per-batch counts for the metrics endpoint
+        self._warm: Recovered | None = None  # the log followed so far while not leading
         self._since_snapshot = 0
         self._durable_through = 0  # decided_through of the last batch whose facts all landed
 
@@ -85,6 +86,22 @@ class Scheduler:
     async def run(self, stop: asyncio.Event) -> None:
         await ensure_streams(self.js, self.settings)
         while not stop.is_set():
+            # Follow the log before asking for the lease, and keep following it as a standby:
+            # a fold of a long log must never run against the lease's expiry.
+            try:
+                rebuilding, started = self._warm is None, time.perf_counter()
+                self._warm = await recover(self.js, self.partition, self._warm)
+                if rebuilding:
+                    warm = self._warm
+                    log.info("state rebuilt", snapshot_seq=warm.snapshot_seq,
+                             facts_folded=warm.fact_seq - warm.snapshot_seq,
+                             seconds=round(time.perf_counter() - started, 3))  # fmt: skip
+            except Exception as error:  # the log unreadable for now: start over, later
+                log.error("could not follow the log", partition=self.partition,
+                          error=repr(error), exc_info=True)  # fmt: skip
+                self._warm = None
+                await _sleep_or(stop, self.settings.lease_ttl_s / 4)
+                continue
             if await self.lease.acquire():
                 self.term = self.lease.revision
                 log.info("leading", partition=self.partition, holder=self.lease.holder)
@@ -97,6 +114,7 @@ class Scheduler:
                               error=repr(error), exc_info=True)  # fmt: skip
                 finally:
                     self.leading.clear()
+                    self._warm = None  # a term's state may run ahead of the log: start over
                 await self.lease.release()
                 if not stop.is_set():
                     await _sleep_or(stop, self.settings.lease_ttl_s / 4)
@@ -104,10 +122,12 @@ class Scheduler:
                 await _sleep_or(stop, self.settings.lease_ttl_s / 4)
 
     async def _lead(self, stop: asyncio.Event) -> None:
-        recovered = self.recovered = await recover(self.js, self.partition)
+        followed = self._warm.fact_seq if self._warm is not None else 0
+        recovered = self.recovered = await recover(self.js, self.partition, self._warm)
+        self._warm = None
         self._durable_through = recovered.decided_through
         log.info("recovered", fact_seq=recovered.fact_seq, log_end=recovered.log_end,
-                 decided_through=recovered.decided_through,
+                 decided_through=recovered.decided_through, tail_folded=recovered.fact_seq - followed,
                  partial_command=recovered.partial[0] if recovered.partial else None)  # fmt: skip
         inbox: asyncio.Queue = asyncio.Queue()
 
@@ -146,6 +166,11 @@ class Scheduler:
                         await self._land(inflight)
                         inflight = None
                     continue
+                if inflight is not None and self._snapshot_due():
+                    # Under a steady backlog the state always runs a batch ahead of the log;
+                    # drain the pipeline once so the snapshot is exactly the log.
+                    await self._land(inflight)
+                    inflight = None
                 started = time.perf_counter()
                 out, decided = self._decide_batch(batch)
                 self.stats.decide_seconds.observe(time.perf_counter() - started)
@@ -253,10 +278,13 @@ class Scheduler:
         self.facts_appended += inflight.facts
         self.stats.landed(inflight.out)
         self._since_snapshot += inflight.facts
-        if self._since_snapshot >= self.settings.snapshot_every and self._caught_up():
+        if self._snapshot_due() and self._caught_up():
             self._since_snapshot = 0
             await save_snapshot(self.js, self.partition, self.recovered)
             log.info("snapshot written", fact_seq=self.recovered.fact_seq)
+
+    def _snapshot_due(self) -> bool:
+        return self._since_snapshot >= self.settings.snapshot_every
 
     def _caught_up(self) -> bool:
         """Is the in-memory state exactly the log (nothing decided but not yet landed)?"""

@@ -157,6 +157,10 @@ async def test_two_schedulers_one_leads_and_the_standby_takes_over(nats_server, 
     # the standby wrote everything after what the leader had written, from where it stopped
     recovered = logged(standby, "recovered")[-1]
     assert recovered["fact_seq"] == len(written_by_leader)
+    # ... and it was hot: it had followed the log while waiting, so taking over folded nothing
+    # more under the lease (a long fold against the lease's expiry would lose it again)
+    assert logged(standby, "state rebuilt"), "the standby never rebuilt its state while waiting"
+    assert recovered["tail_folded"] == 0, recovered
     assert_decided_once(facts)
     assert_same_facts(facts, expected, drop=())
 
