@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import io
+import os
 import pickle
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 from nats.js import JetStreamContext
@@ -110,13 +111,59 @@ async def recover(js: JetStreamContext, partition: str, warm: Recovered | None =
     return recovered
 
 
-async def save_snapshot(js: JetStreamContext, partition: str, recovered: Recovered) -> None:
-    """The state as of `fact_seq`, so a restart folds only the tail.  Written by the scheduler
-    alone (credentials keep everyone else out of the bucket, see the security docs)."""
+def capture_snapshot(recovered: Recovered) -> Callable[[], bytes]:
+    """Capture the state as of `fact_seq` now; the returned function gives its bytes (it may
+    block: call it in a thread).
+
+    Where the platform can fork, a child process pickles its copy-on-write image of the state
+    while the writer goes on deciding (pickling a state of a million jobs holds the
+    interpreter for seconds), and the bytes come back through a pipe.
+    """
+    image = (SNAPSHOT_VERSION, recovered.fact_seq, recovered.decided_through, recovered.state)
+    if not hasattr(os, "fork"):
+        payload = pickle.dumps(image, protocol=pickle.HIGHEST_PROTOCOL)
+        return lambda: payload
+    pid, pipe = _pickle_in_child(image)
+    return lambda: _collect(pid, pipe)
+
+
+async def save_snapshot(js: JetStreamContext, partition: str,
+                        snapshot: Recovered | Callable[[], bytes]) -> int:  # fmt: skip
+    """Store a snapshot (a state, or what `capture_snapshot` returned) so a restart folds only
+    the tail; returns its size in bytes.  Written by the scheduler alone (credentials keep
+    everyone else out of the bucket, see the security docs)."""
+    capture = capture_snapshot(snapshot) if isinstance(snapshot, Recovered) else snapshot
+    payload = await asyncio.get_running_loop().run_in_executor(None, capture)
     store = await js.object_store(SNAPSHOTS_BUCKET)
-    payload = pickle.dumps((SNAPSHOT_VERSION, recovered.fact_seq, recovered.decided_through,
-                            recovered.state), protocol=pickle.HIGHEST_PROTOCOL)  # fmt: skip
     await store.put(partition, payload)
+    return len(payload)
+
+
+def _pickle_in_child(image: tuple) -> tuple[int, int]:
+    """Fork; the child writes the pickled `image` to a pipe and exits at once."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: no event loop, no logging, no cleanup handlers
+        code = 1
+        try:
+            os.close(read)
+            with open(write, "wb") as out:
+                pickle.dump(image, out, protocol=pickle.HIGHEST_PROTOCOL)
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write)
+    return pid, read
+
+
+def _collect(pid: int, pipe: int) -> bytes:
+    """Everything the child wrote, once it has exited cleanly."""
+    with open(pipe, "rb") as handle:
+        payload = handle.read()
+    _, status = os.waitpid(pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise RuntimeError(f"the snapshot process failed (status {status})")
+    return payload
 
 
 async def load_snapshot(js: JetStreamContext, partition: str) -> Recovered | None:

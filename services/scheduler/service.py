@@ -41,7 +41,7 @@ from services.bus import AppendRefused, FactAppender, ensure_streams
 from services.metrics import WriterStats
 from services.scheduler.api import answer
 from services.scheduler.lease import Lease
-from services.scheduler.log import ALL_FACTS, Recovered, recover, save_snapshot
+from services.scheduler.log import ALL_FACTS, Recovered, capture_snapshot, recover, save_snapshot
 from services.scheduler.core import catch_up_clock
 from services.scheduler.routing import decide_message
 from services.settings import Settings
@@ -78,6 +78,7 @@ class Scheduler:
         self.term: int | None = None  # the lease revision this instance's last term began with
         self.stats = WriterStats()  # per-batch counts for the metrics endpoint
         self._warm: Recovered | None = None  # the log followed so far while not leading
+        self._snapshotting: asyncio.Task | None = None  # a snapshot being stored
         self._since_snapshot = 0
         self._durable_through = 0  # decided_through of the last batch whose facts all landed
 
@@ -280,11 +281,25 @@ class Scheduler:
         self._since_snapshot += inflight.facts
         if self._snapshot_due() and self._caught_up():
             self._since_snapshot = 0
-            await save_snapshot(self.js, self.partition, self.recovered)
-            log.info("snapshot written", fact_seq=self.recovered.fact_seq)
+            started = time.perf_counter()
+            capture = capture_snapshot(self.recovered)  # now: the state equals the log
+            self._snapshotting = asyncio.create_task(
+                self._snapshot(self.recovered.fact_seq, capture, started))
+
+    async def _snapshot(self, fact_seq: int, capture, started: float) -> None:
+        """Store a captured snapshot while the writer goes on."""
+        try:
+            size = await save_snapshot(self.js, self.partition, capture)
+        except Exception as error:  # a missed snapshot only lengthens the next restart
+            log.warning("snapshot not written", fact_seq=fact_seq, error=repr(error))
+            return
+        log.info("snapshot written", fact_seq=fact_seq, bytes=size,
+                 seconds=round(time.perf_counter() - started, 3))  # fmt: skip
 
     def _snapshot_due(self) -> bool:
-        return self._since_snapshot >= self.settings.snapshot_every
+        """Enough facts since the last snapshot, and that one is stored (one at a time)."""
+        storing = self._snapshotting is not None and not self._snapshotting.done()
+        return self._since_snapshot >= self.settings.snapshot_every and not storing
 
     def _caught_up(self) -> bool:
         """Is the in-memory state exactly the log (nothing decided but not yet landed)?"""
