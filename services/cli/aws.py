@@ -153,6 +153,7 @@ async def _session(url: str | None, reconnect_forever: bool = False):
     services' own connection retries forever, which a command line must not)."""
     import nats
 
+    from services.auth import connect_options
     from services.client import Bus
 
     bus = Bus(url, name="quotasched-cli")
@@ -164,7 +165,7 @@ async def _session(url: str | None, reconnect_forever: bool = False):
     try:
         bus.nc = await nats.connect(bus.url, name=bus.name, connect_timeout=3,
                                     max_reconnect_attempts=1, reconnect_time_wait=0.2,
-                                    error_cb=remember)  # fmt: skip
+                                    error_cb=remember, **connect_options())  # fmt: skip
     except Exception as error:
         cause = problems[-1] if problems else error
         raise Failure(f"quotasched: cannot reach the NATS server at {bus.url}: "

@@ -230,3 +230,62 @@ def test_the_cli_service_can_apply_the_examples(example, monkeypatch):
     assert mounted and (ROOT / "examples" / example).exists()
     assert cli_problem(["config", "apply", f"examples/{example}"],
                        services["cli"]["environment"], monkeypatch) is None  # fmt: skip
+
+
+# -- compose.auth.yaml: NATS users and permissions on top ----------------------------------
+
+AUTH_ROLES = {"scheduler": "scheduler", "projector": "projector", "executor": "executor",
+              "cli": "admin"}  # fmt: skip
+
+
+def auth_override() -> dict:
+    return yaml.safe_load((ROOT / "compose.auth.yaml").read_text())
+
+
+def merged(base: dict, override: dict) -> dict:
+    """compose's merge of an override file: mappings merge, sequences of volumes and env files
+    add up, anything else is replaced."""
+    result = copy.deepcopy(base)
+    for name, service in override.get("services", {}).items():
+        target = result["services"].setdefault(name, {})
+        for key, value in service.items():
+            if key in ("volumes", "env_file"):
+                target[key] = [*target.get(key, []), *value]
+            elif isinstance(value, dict):
+                target[key] = {**target.get(key, {}), **value}
+            else:
+                target[key] = value
+    return result
+
+
+def test_the_auth_override_is_valid_and_extends_services_that_exist(monkeypatch):
+    override = auth_override()
+    assert schema_errors(override) == []
+    document = merged(compose(), override)
+    assert schema_errors(document) == []
+    assert set(override["services"]) <= set(compose()["services"])
+    problems = [f"{name}: {problem}" for name, args, environment in invocations(
+        document["services"]) if (problem := cli_problem(args, environment, monkeypatch))]
+    assert problems == []
+    nats = document["services"]["nats"]
+    config = nats["command"][nats["command"].index("-c") + 1]
+    assert nats["command"][:-2] == compose()["services"]["nats"]["command"]
+    assert any(volume.endswith(f":{config}:ro") for volume in nats["volumes"])
+
+
+def test_the_auth_override_uses_the_files_auth_generate_writes(tmp_path):
+    """Each service presents its own role's credentials, and `quotasched auth generate`
+    writes exactly the files the override mounts and reads."""
+    from services.auth import roles, shares_of, write
+
+    out = tmp_path / "nats-auth"
+    written = {path.relative_to(tmp_path).as_posix()
+               for path in write(roles(shares_of(ROOT / "examples" / "shares.yaml")), out)}
+    services = auth_override()["services"]
+    for name, role in AUTH_ROLES.items():
+        assert services[name]["env_file"] == [f"nats-auth/creds/{role}.env"], name
+    used = {file for service in services.values() for file in service.get("env_file", [])}
+    used |= {volume.split(":")[0].removeprefix("./") for volume in services["nats"]["volumes"]}
+    assert used <= written, used - written
+    ignored = (ROOT / ".gitignore").read_text().splitlines()
+    assert "/nats-auth/" in ignored and "nats-auth" in (ROOT / ".dockerignore").read_text()

@@ -14,6 +14,9 @@ import pytest
 import yaml
 
 from services import config_as_code as cac
+from services.auth import read_credentials
+from services.embedded import EmbeddedServer
+from tests.integration.conftest import wait_until
 from tests.integration.test_cli_live import wait_for_scheduler
 
 pytestmark = pytest.mark.nats
@@ -23,8 +26,8 @@ EXAMPLE = ROOT / "examples" / "shares.yaml"
 QUOTASCHED = str(Path(sys.executable).parent / "quotasched")
 
 
-def run(url: str, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "QUOTASCHED_NATS_URL": url}
+def run(url: str, *args: str, **extra_env: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "QUOTASCHED_NATS_URL": url, **extra_env}
     return subprocess.run([QUOTASCHED, *args], capture_output=True, text=True, env=env,
                           cwd=ROOT, timeout=60)  # fmt: skip
 
@@ -137,3 +140,30 @@ def test_an_invalid_file_or_no_server_publishes_nothing(tmp_path):
     unreachable = run("nats://127.0.0.1:1", "config", "export")
     assert unreachable.returncode == 2
     assert "cannot reach the NATS server at nats://127.0.0.1:1" in unreachable.stderr
+
+
+def test_apply_as_the_admin_role_under_nats_permissions(tmp_path, spawn):
+    """With the users of `quotasched auth generate` (compose.auth.yaml runs them): the
+    scheduler runs as `scheduler`, the configuration is applied as `admin`."""
+    out = tmp_path / "nats-auth"
+    generated = run("nats://unused", "auth", "generate", "--config", str(EXAMPLE),
+                    "--out", str(out))  # fmt: skip
+    assert generated.returncode == 0, generated.stderr
+    server = EmbeddedServer(tmp_path / "secured",
+                            extra_args=["-c", str(out / "nats-server.conf")]).start()
+    scheduler = None
+    try:
+        admin = read_credentials(out / "creds" / "admin.env")
+        scheduler = spawn("scheduler", QUOTASCHED_NATS_URL=server.url,
+                          **read_credentials(out / "creds" / "scheduler.env"))
+        wait_until(lambda: run(server.url, "describe-job-queues", **admin).returncode == 0)
+        assert run(server.url, "describe-job-queues").returncode == 2  # no credentials
+        applied = run(server.url, "config", "apply", str(EXAMPLE), **admin)
+        assert applied.returncode == 0, applied.stderr
+        assert "applied: 6 to create" in applied.stdout
+        again = run(server.url, "config", "apply", str(EXAMPLE), **admin)
+        assert again.returncode == 0 and "no changes" in again.stdout, again.stderr
+    finally:
+        if scheduler is not None:
+            scheduler.stop()  # before its server
+        server.stop()
