@@ -39,6 +39,10 @@ json_values = st.recursive(scalars, lambda inner: st.one_of(
     max_leaves=12)  # fmt: skip
 
 
+def _limits(max_capacity: int) -> list[dict[str, Any]]:
+    return [{"capacityUnit": G5, "maxCapacity": max_capacity}]
+
+
 def _usage(quantity: Any = 1) -> list[dict[str, Any]]:
     return [{"capacityUnit": G5, "quantity": quantity}]
 
@@ -65,7 +69,7 @@ def plausible(draw) -> dict[str, Any]:
                        attempt=draw(st.one_of(st.integers(-1, 4), huge_ints)))  # fmt: skip
     elif kind in ("CreateQuotaShare", "UpdateQuotaShare"):
         command.update(jobQueue=queue, quotaShareName=share,
-                       capacityLimits=[{"capacityUnit": G5, "maxCapacity": draw(st.integers(-1, 5))}],
+                       capacityLimits=_limits(draw(st.integers(-1, 5))),
                        resourceSharingConfiguration={"strategy": draw(st.sampled_from(
                            ("RESERVE", "LEND", "LEND_AND_BORROW", "SHARE")))})  # fmt: skip
         if kind == "CreateQuotaShare":
@@ -74,12 +78,13 @@ def plausible(draw) -> dict[str, Any]:
         command.update(jobQueue=queue, quotaShareName=share)
     elif kind == "UpdateServiceEnvironment":
         command.update(serviceEnvironment=draw(st.sampled_from(("se", "nope"))),
-                       capacityLimits=[{"capacityUnit": G5, "maxCapacity": draw(st.integers(0, 6))}])
+                       capacityLimits=_limits(draw(st.integers(0, 6))))
     elif kind in ("CreateJobQueue", "UpdateJobQueue"):
         command.update(jobQueueName=queue, jobQueue=queue, schedulingPolicy="sp",
                        serviceEnvironmentOrder=[{"order": 1, "serviceEnvironment": "se"}])
     elif kind == "CreateSchedulingPolicy":
-        command.update(name=draw(names), quotaSharePolicy={"idleResourceAssignmentStrategy": "FIFO"})
+        command.update(name=draw(names),
+                       quotaSharePolicy={"idleResourceAssignmentStrategy": "FIFO"})
     if draw(st.booleans()):
         command["at"] = draw(st.one_of(st.floats(0, 1e6), huge_ints, st.just(-5)))
     return command
@@ -108,7 +113,8 @@ def _subject(command: Any, draw) -> str:
     if isinstance(command, dict) and draw(st.integers(0, 4)) > 0:
         kind = command.get("kind") if isinstance(command.get("kind"), str) else "X"
         queue = command.get("jobQueue") if isinstance(command.get("jobQueue"), str) else None
-        share = command.get("quotaShareName") if isinstance(command.get("quotaShareName"), str) else None
+        share = command.get("quotaShareName")
+        share = share if isinstance(share, str) else None
         if kind in ("UpdateServiceJob", "TerminateServiceJob", "ReportJobStatus"):
             queue, share = "q", draw(st.sampled_from(SHARES))
         if kind in ("CreateServiceEnvironment", "UpdateServiceEnvironment",

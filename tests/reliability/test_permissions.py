@@ -285,10 +285,10 @@ async def test_tls_with_a_test_certificate(tmp_path, spawn, monkeypatch):
         monkeypatch.setenv("QUOTASCHED_NATS_TLS_CA", str(ca_file))
         nc = await connect(server.url, "trusting")
         try:
+            policy = {"kind": "CreateSchedulingPolicy", "name": "p",
+                      "quotaSharePolicy": {"idleResourceAssignmentStrategy": "FIFO"}}
             ack = await nc.jetstream().publish(command_subject("CreateSchedulingPolicy"),
-                                               b'{"kind": "CreateSchedulingPolicy", "name": "p", '
-                                               b'"quotaSharePolicy": {"idleResourceAssignmentStrategy": "FIFO"}}',
-                                               stream=COMMANDS_STREAM)  # fmt: skip
+                                               json.dumps(policy).encode(), stream=COMMANDS_STREAM)
             fact = await wait_decided(nc.jetstream(), ack.seq, processes=[scheduler])
             assert fact["kind"] == "SchedulingPolicyCreated"
         finally:

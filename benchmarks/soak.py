@@ -1,0 +1,198 @@
+"""Soak: many more crashes than the suite, on demand.  Not run by CI.
+
+    .venv/bin/python benchmarks/soak.py                      # ~100 faults, about 6-8 minutes
+    .venv/bin/python benchmarks/soak.py --faults 400 --commands 60000 --seed 7
+
+One real nats-server (file storage) in a temporary directory, a scheduler, a projector, and a
+steady stream of workload commands (tests/integration/helpers.generate_workload), published
+with message ids and retried until acked, as a careful client does.  At random moments one
+fault is injected: mostly SIGKILL of the scheduler (a fresh process is started at once), some
+SIGKILL of the projector, a few SIGKILL of nats-server itself (restarted on the same store).
+At the end it checks what the suite checks, and prints a summary:
+
+  - the fact log equals the core's offline decision of the same commands (nothing lost,
+    nothing duplicated, even the logical times agree), every command decided once;
+  - the projector's DuckDB file equals a clean rebuild of that log.
+
+Exit status 0 when every check holds, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from services.client import Bus  # noqa: E402
+from services.embedded import EmbeddedServer  # noqa: E402
+from services.projector.client import wait_for_position  # noqa: E402
+from tests.integration.conftest import Process  # noqa: E402
+from tests.integration.helpers import (  # noqa: E402
+    assert_decided_once,
+    assert_same_facts,
+    comparable,
+    eventually,
+    generate_workload,
+    holder_of,
+    offline_facts,
+    read_facts,
+    wait_decided,
+)
+from tests.integration.test_projector_live import (  # noqa: E402
+    assert_same_tables,
+    nats_checksums,
+    rebuilt_checksums,
+    write_fact_file,
+)
+from tests.reliability.support import publish_retrying  # noqa: E402
+
+
+class Soak:
+    def __init__(self, root: Path, seed: int):
+        self.root = root
+        self.rng = random.Random(seed)
+        self.server = EmbeddedServer(root / "nats").start()
+        self.env = {**os.environ, "QUOTASCHED_NATS_URL": self.server.url,
+                    "QUOTASCHED_TICK_INTERVAL_S": "100000", "QUOTASCHED_LEASE_TTL_S": "2",
+                    "QUOTASCHED_PROJECTOR_MAX_BATCH": "50", "QUOTASCHED_PROJECTOR_MAX_WAIT_MS": "0"}
+        self.started = 0
+        self.faults = {"scheduler SIGKILL": 0, "projector SIGKILL": 0, "nats-server SIGKILL": 0}
+        self.scheduler = self.spawn("scheduler")
+        self.projector = self.spawn("projector", "--db", str(root / "soak.duckdb"))
+
+    def spawn(self, *args: str) -> Process:
+        self.started += 1
+        return Process(list(args), self.env, self.root / f"{args[0]}-{self.started}.log")
+
+    async def leading(self) -> None:
+        async def led():
+            return holder_of(self.scheduler)
+
+        await eventually(led, 60, what="a scheduler leading")
+
+    async def inject(self) -> str:
+        roll = self.rng.random()
+        if roll < 0.05:
+            self.server.kill()
+            await asyncio.sleep(self.rng.uniform(0.2, 1.0))
+            self.server.start()
+            kind = "nats-server SIGKILL"
+        elif roll < 0.20:
+            self.projector.kill()
+            self.projector.log.close()
+            self.projector = self.spawn("projector", "--db", str(self.root / "soak.duckdb"))
+            kind = "projector SIGKILL"
+        else:
+            await self.leading()
+            await asyncio.sleep(self.rng.uniform(0.0, 0.8))
+            self.scheduler.kill()
+            self.scheduler.log.close()
+            self.scheduler = self.spawn("scheduler")
+            kind = "scheduler SIGKILL"
+        self.faults[kind] += 1
+        return kind
+
+    def stop(self) -> None:
+        for process in (self.scheduler, self.projector):
+            process.stop()
+        self.server.stop()
+
+
+async def soak(faults: int, commands: int, seed: int, root: Path) -> bool:
+    began = time.monotonic()
+    items = generate_workload(seed=seed, count=commands)
+    expected = offline_facts(items)
+    run = Soak(root, seed)
+    try:
+        await run.leading()
+        async with Bus(run.server.url) as bus:
+            published: list[int] = []
+            steady = asyncio.Event()
+            steady.set()
+
+            async def pace(index: int) -> None:
+                if steady.is_set() and index % 10 == 0:
+                    await asyncio.sleep(0.1)
+
+            publisher = asyncio.create_task(publish_retrying(bus.js, items, pace, published))
+            for number in range(1, faults + 1):
+                kind = await run.inject()
+                if number % 10 == 0:
+                    print(f"  {number} faults ({kind}), {len(published)} commands published",
+                          flush=True)  # fmt: skip
+                await asyncio.sleep(run.rng.uniform(0.0, 1.5))
+            steady.clear()
+            seqs = await publisher
+            await run.leading()
+            await wait_decided(bus.js, seqs[-1], timeout=300, processes=[run.scheduler])
+            facts = await read_facts(bus.js)
+            checks = {}
+            for name, check in (
+                ("commands stored once each", lambda: seqs == list(range(1, len(items) + 1))),
+                ("fact log equals the offline decision", lambda: assert_same_facts(
+                    facts, expected, drop=(), context="soak:") or True),
+                ("every command decided once", lambda: assert_decided_once(facts) or True),
+            ):  # fmt: skip
+                try:
+                    checks[name] = bool(check())
+                except AssertionError as error:
+                    checks[name] = False
+                    print(f"FAILED {name}: {error}", flush=True)
+            last = len(facts)
+            await wait_for_position(bus.nc, last, timeout=300)
+            facts_file = root / "facts.jsonl"
+            await write_fact_file(bus.js, facts_file)
+            rebuilt = rebuilt_checksums(facts_file, root / "rebuilt.duckdb")
+            live = await nats_checksums(bus.nc)
+            try:
+                assert_same_tables(live[1], rebuilt[1], "soak")
+                checks["projection equals a clean rebuild"] = live[0] == rebuilt[0] == last
+            except AssertionError as error:
+                checks["projection equals a clean rebuild"] = False
+                print(f"FAILED projection: {error}", flush=True)
+    finally:
+        run.stop()
+    ok = all(checks.values())
+    lost = len({f["commandSeq"] for f in expected} - {f["commandSeq"] for f in facts})
+    duplicated = len(facts) - len({json.dumps(fact, sort_keys=True)
+                                   for fact in comparable(facts, drop=())})  # fmt: skip
+    print(f"\nsoak seed {seed}: {sum(run.faults.values())} faults injected "
+          + ", ".join(f"{n} {kind}" for kind, n in run.faults.items())
+          + f"; {len(items)} commands sent; {len(facts)} facts ({len(expected)} expected); "
+          f"commands with facts lost: {lost}; "
+          f"duplicated facts: {duplicated}; "
+          f"{time.monotonic() - began:.0f} s")  # fmt: skip
+    for name, passed in checks.items():
+        print(f"  {'ok  ' if passed else 'FAIL'} {name}")
+    return ok
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--faults", type=int, default=100)
+    parser.add_argument("--commands", type=int, default=20_000)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    args = parser.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="quotasched-soak-"))
+    ok = asyncio.run(soak(args.faults, args.commands, args.seed, root))
+    if args.keep:
+        print(f"logs and stores kept in {root}")
+    else:
+        import shutil
+
+        shutil.rmtree(root, ignore_errors=True)
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()
