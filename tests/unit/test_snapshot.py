@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import pickle
+import zlib
 from pathlib import Path
 
 from services.replay import replay_lines
 from services.scheduler.core import State
 from services.scheduler.core.views import canonical_state
-from services.scheduler.log import SNAPSHOT_VERSION, Recovered, capture_snapshot
+from services.scheduler.log import SNAPSHOT_VERSION, Recovered, capture_snapshot, encode_snapshot
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -31,13 +32,15 @@ def test_a_capture_holds_the_state_of_its_moment_while_the_state_moves_on():
         pass
     assert canonical_state(state) != before
 
-    version, fact_seq, decided_through, restored = pickle.loads(capture())
+    version, fact_seq, decided_through, restored = pickle.loads(zlib.decompress(capture()))
     assert (version, fact_seq, decided_through) == (SNAPSHOT_VERSION, facts, half)
     assert canonical_state(restored) == before
 
 
-def test_the_captured_bytes_are_the_pickle_of_the_state():
+def test_the_captured_bytes_are_the_compressed_pickle_of_the_state():
     state, facts = replayed((EXAMPLES / "two-teams-day.jsonl").read_bytes().splitlines())
     recovered = Recovered(state, facts, 7)
     image = (SNAPSHOT_VERSION, facts, 7, state)
-    assert capture_snapshot(recovered)() == pickle.dumps(image, protocol=pickle.HIGHEST_PROTOCOL)
+    captured = capture_snapshot(recovered)()
+    assert zlib.decompress(captured) == pickle.dumps(image, protocol=pickle.HIGHEST_PROTOCOL)
+    assert captured == encode_snapshot(image)
