@@ -599,6 +599,7 @@ class BusReader:
         from nats.js.errors import NotFoundError
 
         from events.subjects import COMMANDS_STREAM, FACTS_STREAM
+        from services.auth import connect_options
 
         problems: list[BaseException] = []
 
@@ -609,7 +610,7 @@ class BusReader:
             nc = await nats.connect(self.url, name="quotasched-audit",
                                     connect_timeout=self.connect_timeout,
                                     max_reconnect_attempts=1, reconnect_time_wait=0.2,
-                                    error_cb=remember)  # fmt: skip
+                                    error_cb=remember, **connect_options())  # fmt: skip
         except Exception as error:
             cause = problems[-1] if problems else error
             raise BusUnavailable(f"cannot reach the NATS server at {self.url}: "

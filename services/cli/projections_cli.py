@@ -108,6 +108,7 @@ def _from_stream(url: str, db: str, progress: bool):
     from nats.js.errors import NotFoundError
 
     from projections.rebuild import rebuild_from_stream
+    from services.auth import connect_options
 
     async def quiet(error: Exception) -> None:  # nats-py would print a traceback per attempt
         pass
@@ -115,7 +116,8 @@ def _from_stream(url: str, db: str, progress: bool):
     async def work():
         try:
             nc = await nats.connect(url, connect_timeout=3, max_reconnect_attempts=1,
-                                    reconnect_time_wait=0.2, error_cb=quiet)  # fmt: skip
+                                    reconnect_time_wait=0.2, error_cb=quiet,
+                                    **connect_options())  # credentials, TLS: the environment
         except Exception as error:
             raise _fail(f"quotasched: cannot reach the NATS server at {url}: {error}",
                         EXIT_USAGE) from None  # fmt: skip
