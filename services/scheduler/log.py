@@ -8,6 +8,7 @@ when it has the plain v1 form, from the metadata otherwise.
 from __future__ import annotations
 
 import asyncio
+import gc
 import io
 import os
 import pickle
@@ -103,6 +104,10 @@ async def recover(js: JetStreamContext, partition: str, warm: Recovered | None =
         if len(group) < count:
             continue
         for fact_seq, data in group:
+            if fact_seq % 16384 == 0:
+                # The state is hundreds of thousands of long-lived objects: without this
+                # the cyclic collector rescans them again and again during a long fold.
+                gc.freeze()
             fact = decode_fact(data)
             evolve(recovered.state, fact)
             recovered.fact_seq = fact_seq
