@@ -843,7 +843,7 @@ async def run_append_probe(samples: int) -> list[Probe]:
         probes.append(Probe("js.publish + msg id (file), awaited", plain))
         for name, label in (("P", "file"), ("M", "memory")):
             last, times = (await js.stream_info(name)).state.last_seq, []
-            appender = await FactAppender(nc, f"{name.lower()}.>", last).start()
+            appender = await FactAppender(nc, f"{name.lower()}.>", last, stream=name).start()
             for index in range(samples):
                 out = [(f"{name.lower()}.x.y.JobSubmitted", payload, {"Nats-Msg-Id": f"a:{index}:0", "Qm-Facts": "2"}),
                        (f"{name.lower()}.x.y.JobDispatched", payload, {"Nats-Msg-Id": f"a:{index}:1", "Qm-Facts": "2"})]

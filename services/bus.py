@@ -134,8 +134,9 @@ class FactAppender:
     future with `AppendRefused` (nats-py's own `publish_async` leaves such futures hanging).
     """
 
-    def __init__(self, nc: Client, subject_filter: str, last_seq: int):
+    def __init__(self, nc: Client, subject_filter: str, last_seq: int, stream: str = FACTS_STREAM):
         self.nc = nc
+        self.stream = stream
         self.subject_filter = subject_filter
         self.next_expected = last_seq  # the sequence the next message must follow
         self._inbox = nc.new_inbox()
@@ -148,7 +149,7 @@ class FactAppender:
         self._sub = await self.nc.subscribe(f"{self._inbox}.*", cb=self._on_ack)
         # A replicated stream refuses a fenced message while an earlier one on the same subject
         # is still being proposed (10164 "wrong last sequence"): there, one message at a time.
-        info = await self.nc.jetstream().stream_info(FACTS_STREAM)
+        info = await self.nc.jetstream().stream_info(self.stream)
         self.serial = (info.config.num_replicas or 1) > 1
         return self
 
