@@ -301,15 +301,19 @@ class SchedulerPart:
                                        value=scheduler.facts_appended)  # fmt: skip
         out = [leader, term, decided, appended, *scheduler.stats.families()]
         recovered = scheduler.recovered
+        # A standby follows the log (`_warm`): how far tells how ready it is to take over.
+        folded = recovered if leading else getattr(scheduler, "_warm", None)
+        if folded is not None:
+            out.append(GaugeMetricFamily(
+                "quotasched_scheduler_fact_seq",
+                "Stream sequence of the last fact in this instance's state: stored by the "
+                "leader, or folded by a standby following the log.",
+                value=folded.fact_seq))  # fmt: skip
         if leading and recovered is not None:
             out.append(GaugeMetricFamily(
                 "quotasched_scheduler_decided_through",
                 "Stream sequence of the last command whose facts were decided.",
                 value=recovered.decided_through))  # fmt: skip
-            out.append(GaugeMetricFamily(
-                "quotasched_scheduler_fact_seq",
-                "Stream sequence of the last fact this leader saw stored.",
-                value=recovered.fact_seq))  # fmt: skip
             if self._pending is not None:
                 pending = GaugeMetricFamily(
                     "quotasched_scheduler_commands_pending",

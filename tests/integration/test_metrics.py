@@ -199,6 +199,12 @@ async def test_scheduler_and_projector_metrics_and_health(spawn, nats_server, tm
             return got if got.get(key("quotasched_projector_position")) == last_fact else None
 
         got = await eventually(projected, 20.0, what="the projector caught up")
+        standby_fact_seq = key("quotasched_scheduler_fact_seq")
+
+        async def followed():  # the standby folds the log as it grows
+            return (await scrape(standby_url)).get(standby_fact_seq) == last_fact
+
+        await eventually(followed, 20.0, what="the standby following the log")
         assert got[key("quotasched_projector_lag")] == 0
         assert got[key("quotasched_projector_stream_last_seq")] == last_fact
         assert got[key("quotasched_projector_facts_applied_total")] == last_fact
