@@ -25,7 +25,7 @@ from events.subjects import FACTS_STREAM, SNAPSHOTS_BUCKET
 from services.bus import last_sequence
 from services.scheduler.core import State, evolve
 
-SNAPSHOT_VERSION = 2  # 2: zlib-compressed pickle (1 was plain)
+SNAPSHOT_VERSION = 3  # 3: jobs pickled as slot tuples; 2: zlib-compressed; 1: plain pickle
 CHUNK_BYTES = 512 * 1024  # object-store chunks: fewer round trips than nats-py's 128 KiB
 ALL_FACTS = "qm.fact.>"
 
@@ -191,10 +191,9 @@ async def load_snapshot(js: JetStreamContext, partition: str) -> Recovered | Non
     except ObjectNotFoundError:
         return None
     try:
-        image = zlib.decompress(buffer.getbuffer())
-    except zlib.error:
-        return None  # an older, uncompressed layout: fold the whole log instead
-    version, fact_seq, decided_through, state = pickle.loads(image)
+        version, fact_seq, decided_through, state = pickle.loads(zlib.decompress(buffer.getbuffer()))
+    except Exception:  # an older layout (or a damaged object): fold the whole log instead
+        return None
     if version != SNAPSHOT_VERSION:
         return None  # an older layout: fold the whole log instead
     return Recovered(state, fact_seq, decided_through, snapshot_seq=fact_seq)

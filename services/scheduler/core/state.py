@@ -73,6 +73,11 @@ class Job:
         for name, value in zip(self.__slots__, saved):
             setattr(self, name, value)
 
+    # Pickled (snapshots) as the tuple of its slots: half the bytes of the default
+    # slots-dict form, and faster both ways.
+    __getstate__ = snapshot
+    __setstate__ = restore
+
 
 class Share:
     __slots__ = (
