@@ -31,8 +31,11 @@ from events.subjects import (
     LEASES_BUCKET,
     SNAPSHOTS_BUCKET,
 )
+from services import natsfix
 from services.auth import connect_options
 from services.settings import Settings, StreamOptions
+
+natsfix.install()  # nats-py's header parser costs ~10 µs a fact; see services/natsfix.py
 
 
 class Unreachable(ConnectionError):

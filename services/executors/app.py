@@ -9,9 +9,12 @@ from faststream.nats import JStream, NatsBroker
 from nats.js.api import DeliverPolicy
 
 from events.subjects import COMMANDS_STREAM, FACTS_STREAM
+from services import natsfix
 from services.executors.base import Executor
 from services.executors.process import ProcessExecutor
 from services.executors.simulated import SimulatedExecutor
+
+natsfix.install()  # every fact an executor reads carries four headers; see services/natsfix.py
 
 # Only the facts an executor acts on; everything else stays on the server.
 EXECUTOR_FACTS = ("JobSubmitted", "JobDispatched", "JobPreempted", "JobStatusChanged")
