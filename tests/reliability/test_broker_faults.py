@@ -52,7 +52,8 @@ async def test_nats_server_killed_and_restarted_under_load(tmp_path, spawn):
     started again on the same port and store each time."""
     rng = random.Random(4222)
     items = generate_workload(seed=4222, count=COMMANDS)
-    server = EmbeddedServer(tmp_path / "nats").start()
+    # not tmp_path / "nats": the spawn fixture already runs a server on that store
+    server = EmbeddedServer(tmp_path / "broker").start()
     try:
         scheduler = spawn("scheduler", QUOTASCHED_NATS_URL=server.url, **NO_TICKS)
         async with Bus(server.url) as bus:
@@ -72,6 +73,7 @@ async def test_nats_server_killed_and_restarted_under_load(tmp_path, spawn):
             await wait_decided(bus.js, seqs[-1], timeout=60, processes=[scheduler])
             facts = await read_facts(bus.js)
         assert scheduler.popen.poll() is None, "the scheduler did not survive the restarts"
+        scheduler.stop()  # before its server: it would otherwise wait on a reconnect to stop
     finally:
         server.stop()
     context = f"server killed after {restarts} commands were published:"
@@ -157,6 +159,7 @@ async def test_cluster_node_leading_the_fact_log_killed_under_load(tmp_path, spa
             await wait_decided(bus.js, seqs[-1], timeout=60, processes=[scheduler])
             facts = await read_facts(bus.js)
         assert scheduler.popen.poll() is None, "the scheduler did not survive the node loss"
+        scheduler.stop()
     finally:
         cluster.stop()
     context = f"node {leader} (fact log leader) killed after {killed_after} commands, " \

@@ -15,7 +15,6 @@ the wait for the dead leader's lease to expire.
 from __future__ import annotations
 
 import asyncio
-import json
 import random
 import signal
 from collections import Counter
@@ -29,7 +28,6 @@ from tests.integration.helpers import (
     NO_TICKS,
     assert_decided_once,
     assert_same_facts,
-    eventually,
     generate_workload,
     offline_facts,
     publish_items,
@@ -39,7 +37,6 @@ from tests.integration.helpers import (
     wait_quiet,
 )
 from tests.integration.test_failover import wait_leading
-from tests.reliability.support import read_stream
 from tests.integration.test_projector_live import (
     assert_same_tables,
     file_checksums,
@@ -48,6 +45,7 @@ from tests.integration.test_projector_live import (
     wait_projector,
     write_fact_file,
 )
+from tests.reliability.support import read_stream
 
 pytestmark = [pytest.mark.nats, pytest.mark.slow]
 

@@ -293,6 +293,7 @@ async def test_tls_with_a_test_certificate(tmp_path, spawn, monkeypatch):
             assert fact["kind"] == "SchedulingPolicyCreated"
         finally:
             await nc.close()
+        scheduler.stop()  # before its server: it would otherwise wait on a reconnect to stop
     finally:
         server.stop()
 
