@@ -87,6 +87,15 @@ class Histogram:
         return HistogramMetricFamily(name, documentation, buckets=buckets, sum_value=total)
 
 
+def dispatch_reason(payload: bytes) -> str:
+    """Why a JobDispatched could happen, from its canonical JSON without decoding it:
+    `preemption` (it waited for jobs to be preempted: `afterPreemptionOf` is not empty),
+    else `borrowed` (part of it is beyond its share's own limit), else `own_quota`."""
+    if b'"afterPreemptionOf":[]' not in payload:
+        return "preemption"
+    return "own_quota" if b'"borrowed":[]' in payload else "borrowed"
+
+
 class WriterStats:
     """What the scheduler's writer counts per batch (its event loop only)."""
 
@@ -94,6 +103,7 @@ class WriterStats:
         self.decide_seconds = Histogram(DECIDE_BUCKETS)
         self.facts_by_subject: Counter = Counter()  # fact subject -> facts stored
         self.preemptions: Counter = Counter()  # (subject, reason, outcome) -> facts
+        self.dispatches: Counter = Counter()  # (subject, reason) -> facts
 
     def landed(self, out: list[tuple[str, bytes, dict[str, str]]]) -> None:
         """A batch's facts (subject, payload, headers) are stored."""
@@ -104,6 +114,11 @@ class WriterStats:
             chosen = compress(out, map(preempted.__contains__, map(_SUBJECT, out)))
             for subject, payload, _ in chosen:
                 self.preemptions[(subject, *_reason_and_outcome(payload))] += 1
+        dispatched = {subject for subject in subjects if subject.endswith(".JobDispatched")}
+        if dispatched:
+            chosen = compress(out, map(dispatched.__contains__, map(_SUBJECT, out)))
+            for subject, payload, _ in chosen:
+                self.dispatches[(subject, dispatch_reason(payload))] += 1
 
     def families(self) -> list:
         facts = CounterMetricFamily("quotasched_scheduler_facts",
@@ -111,14 +126,15 @@ class WriterStats:
                                     labels=["kind"])  # fmt: skip
         dispatches = CounterMetricFamily(
             "quotasched_scheduler_dispatches",
-            "JobDispatched facts this instance appended, by job queue and quota share.",
-            labels=["job_queue", "quota_share"])  # fmt: skip
+            "JobDispatched facts this instance appended, by job queue, quota share and reason "
+            "(own_quota, borrowed, preemption).",
+            labels=["job_queue", "quota_share", "reason"])  # fmt: skip
         by_kind: Counter = Counter()
         for subject, count in sorted(self.facts_by_subject.items()):
-            _, _, queue, share, kind = subject.split(".")
-            by_kind[kind] += count
-            if kind == "JobDispatched":
-                dispatches.add_metric([queue, share], count)
+            by_kind[subject.split(".")[4]] += count
+        for (subject, reason), count in sorted(self.dispatches.items()):
+            _, _, queue, share, _ = subject.split(".")
+            dispatches.add_metric([queue, share, reason], count)
         for kind, count in sorted(by_kind.items()):
             facts.add_metric([kind], count)
         preemptions = CounterMetricFamily(

@@ -144,11 +144,20 @@ def test_writer_counts_dispatches_and_preemptions_by_reason_from_the_appended_fa
                      outcome=fact.outcome.value)  # fmt: skip
         assert got[sample] == sum(1 for p in preempted if (p.quota_share_name, p.reason)
                                == (fact.quota_share_name, fact.reason))  # fmt: skip
-    dispatched = Counter(fact.quota_share_name for fact in of_kind(c.facts, F.JobDispatched))
-    assert set(dispatched) == {"qs1", "qs2"}
-    for share, count in dispatched.items():
+    def reason(fact: F.JobDispatched) -> str:
+        if fact.after_preemption_of:
+            return "preemption"
+        return "borrowed" if fact.borrowed else "own_quota"
+
+    dispatched = Counter((fact.quota_share_name, reason(fact))
+                         for fact in of_kind(c.facts, F.JobDispatched))  # fmt: skip
+    assert {share for share, _ in dispatched} == {"qs1", "qs2"}
+    assert {why for _, why in dispatched} == {"own_quota", "borrowed", "preemption"}
+    for (share, why), count in dispatched.items():
         name = "quotasched_scheduler_dispatches_total"
-        assert got[key(name, job_queue="q", quota_share=share)] == count
+        assert got[key(name, job_queue="q", quota_share=share, reason=why)] == count
+    assert sum(value for (name, _), value in got.items()
+               if name == "quotasched_scheduler_dispatches_total") == sum(dispatched.values())
     kinds = Counter(fact.kind for fact in c.facts[6:])
     for kind, count in kinds.items():
         assert got[key("quotasched_scheduler_facts_total", kind=kind)] == count
