@@ -32,6 +32,7 @@ from tests.integration.helpers import (
     generate_workload,
     holder_of,
     lease_holder,
+    log_events,
     logged,
     offline_facts,
     publish_items,
@@ -161,6 +162,9 @@ async def test_two_schedulers_one_leads_and_the_standby_takes_over(nats_server, 
     # more under the lease (a long fold against the lease's expiry would lose it again)
     assert logged(standby, "state rebuilt"), "the standby never rebuilt its state while waiting"
     assert recovered["tail_folded"] == 0, recovered
+    for process in (leader, standby):  # every instance rebuilt its state before it led
+        events = [event.get("event") for event in log_events(process)]
+        assert events.index("state rebuilt") < events.index("leading"), events[:5]
     assert_decided_once(facts)
     assert_same_facts(facts, expected, drop=())
 
