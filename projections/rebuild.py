@@ -48,10 +48,15 @@ def _fresh(path: str) -> str:
     if os.path.exists(path):
         store_module.connect(path).close()  # raises ProjectionLocked if a projector has it
     building = path + ".rebuild"
+    _discard(building)
+    return building
+
+
+def _discard(building: str) -> None:
+    """Remove a (partial) rebuild and its write-ahead log."""
     for leftover in (building, building + ".wal"):
         if os.path.exists(leftover):
             os.remove(leftover)
-    return building
 
 
 def _publish(building: str, path: str) -> None:
@@ -75,9 +80,7 @@ def rebuild_from_file(facts_path: str, db_path: str, progress: bool = False) -> 
             else:
                 facts = store.apply_file(facts_path)
     except BaseException:
-        for leftover in (building, building + ".wal"):
-            if os.path.exists(leftover):
-                os.remove(leftover)
+        _discard(building)
         raise
     _publish(building, db_path)
     return Rebuilt(db_path, facts, time.perf_counter() - started)
@@ -108,9 +111,7 @@ async def rebuild_from_stream(js, db_path: str, batch_size: int = 10_000,
                 bar.advance(batch[-1][0])
             store.con.execute("CHECKPOINT")
     except BaseException:
-        for leftover in (building, building + ".wal"):
-            if os.path.exists(leftover):
-                os.remove(leftover)
+        _discard(building)
         raise
     _publish(building, db_path)
     return Rebuilt(db_path, facts, time.perf_counter() - started)

@@ -600,6 +600,7 @@ class BusReader:
 
         from events.subjects import COMMANDS_STREAM, FACTS_STREAM
         from services.auth import connect_options
+        from services.bus import error_reason
 
         problems: list[BaseException] = []
 
@@ -614,7 +615,7 @@ class BusReader:
         except Exception as error:
             cause = problems[-1] if problems else error
             raise BusUnavailable(f"cannot reach the NATS server at {self.url}: "
-                                 f"{_reason(cause)}") from None  # fmt: skip
+                                 f"{error_reason(cause)}") from None  # fmt: skip
         try:
             js = nc.jetstream()
             try:
@@ -741,16 +742,6 @@ def _pending(msg) -> int | None:
         return msg.metadata.num_pending
     except Exception:
         return None
-
-
-def _reason(error: BaseException) -> str:
-    import os
-
-    if isinstance(error, OSError) and isinstance(error.errno, int) and error.errno > 0:
-        return os.strerror(error.errno)
-    if isinstance(error, OSError) and error.strerror:
-        return error.strerror
-    return str(error) or type(error).__name__
 
 
 def verify_bus(url: str) -> Result:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 
 import nats
 import nats.errors
@@ -40,6 +41,15 @@ natsfix.install()  # nats-py's header parser costs ~10 µs a fact; see services/
 
 class Unreachable(ConnectionError):
     pass
+
+
+def error_reason(error: BaseException) -> str:
+    """A failed connection's cause in words ("Connection refused"), for messages to people."""
+    if isinstance(error, OSError) and isinstance(error.errno, int) and error.errno > 0:
+        return os.strerror(error.errno)
+    if isinstance(error, OSError) and error.strerror:
+        return error.strerror
+    return str(error) or type(error).__name__
 
 
 async def connect(url: str, name: str, timeout: float = 10.0) -> Client:

@@ -57,6 +57,7 @@ QUEUED_STATUSES = (JobStatus.RUNNABLE, JobStatus.SCHEDULED, JobStatus.STARTING, 
 
 _SUBJECT = itemgetter(0)
 # The encoder writes a JobPreempted's fields in their declared order: reason, then outcome.
+_READ_KINDS = (".JobDispatched", ".JobPreempted")
 _REASON_OUTCOME = re.compile(rb'"reason":"([A-Z_]+)","outcome":"([A-Z_]+)"')
 
 
@@ -109,16 +110,14 @@ class WriterStats:
         """A batch's facts (subject, payload, headers) are stored."""
         subjects = Counter(map(_SUBJECT, out))  # C-level: no Python code per fact
         self.facts_by_subject.update(subjects)
-        preempted = {subject for subject in subjects if subject.endswith(".JobPreempted")}
-        if preempted:  # only batches with a preemption, and only their JobPreempted facts
-            chosen = compress(out, map(preempted.__contains__, map(_SUBJECT, out)))
-            for subject, payload, _ in chosen:
-                self.preemptions[(subject, *_reason_and_outcome(payload))] += 1
-        dispatched = {subject for subject in subjects if subject.endswith(".JobDispatched")}
-        if dispatched:
-            chosen = compress(out, map(dispatched.__contains__, map(_SUBJECT, out)))
-            for subject, payload, _ in chosen:
-                self.dispatches[(subject, dispatch_reason(payload))] += 1
+        # Payloads are read only for these two kinds, and only in batches that hold them.
+        read = {subject for subject in subjects if subject.endswith(_READ_KINDS)}
+        if read:
+            for subject, payload, _ in compress(out, map(read.__contains__, map(_SUBJECT, out))):
+                if subject.endswith(".JobDispatched"):
+                    self.dispatches[(subject, dispatch_reason(payload))] += 1
+                else:
+                    self.preemptions[(subject, *_reason_and_outcome(payload))] += 1
 
     def families(self) -> list:
         facts = CounterMetricFamily("quotasched_scheduler_facts",

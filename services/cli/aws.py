@@ -154,6 +154,7 @@ async def _session(url: str | None, reconnect_forever: bool = False):
     import nats
 
     from services.auth import connect_options
+    from services.bus import error_reason
     from services.client import Bus
 
     bus = Bus(url, name="quotasched-cli")
@@ -169,7 +170,7 @@ async def _session(url: str | None, reconnect_forever: bool = False):
     except Exception as error:
         cause = problems[-1] if problems else error
         raise Failure(f"quotasched: cannot reach the NATS server at {bus.url}: "
-                      f"{_reason(cause)}", EXIT_USAGE) from None  # fmt: skip
+                      f"{error_reason(cause)}", EXIT_USAGE) from None  # fmt: skip
     if reconnect_forever:
         bus.nc.options["max_reconnect_attempts"] = -1
     bus.js = bus.nc.jetstream()
@@ -180,14 +181,6 @@ async def _session(url: str | None, reconnect_forever: bool = False):
             await asyncio.wait_for(bus.nc.close(), 5)
         except Exception:
             pass
-
-
-def _reason(error: BaseException) -> str:
-    if isinstance(error, OSError) and isinstance(error.errno, int) and error.errno > 0:
-        return os.strerror(error.errno)
-    if isinstance(error, OSError) and error.strerror:
-        return error.strerror
-    return str(error) or type(error).__name__
 
 
 def _aws_error(operation: str, message: str) -> str:

@@ -54,6 +54,17 @@ async def wait_leading(process, timeout: float = 25.0) -> str:
     return await eventually(leading, timeout, what=f"{process.args} leading")
 
 
+async def two_schedulers(spawn):
+    """(leader, standby, the leader's lease holder name) of two schedulers started together."""
+    first, second = spawn("scheduler", **NO_TICKS), spawn("scheduler", **NO_TICKS)
+
+    async def someone_leads():
+        return holder_of(first) or holder_of(second)
+
+    holder = await eventually(someone_leads, 25, what="a leader")
+    return (first, second, holder) if holder_of(first) else (second, first, holder)
+
+
 async def uninterrupted_run(tmp_path, spawn, items) -> list[dict]:
     """The fact log of the same commands on a fresh server, with one scheduler never stopped."""
     server = EmbeddedServer(tmp_path / "nats-baseline").start()
@@ -122,14 +133,8 @@ async def test_sigkill_at_random_points_loses_and_duplicates_nothing(tmp_path, n
 async def test_two_schedulers_one_leads_and_the_standby_takes_over(nats_server, spawn):
     items = generate_workload(seed=7, count=240)
     expected = offline_facts(items)
-    first, second = spawn("scheduler", **NO_TICKS), spawn("scheduler", **NO_TICKS)
+    leader, standby, holder = await two_schedulers(spawn)
     async with Bus(nats_server.url) as bus:
-
-        async def someone_leads():
-            return holder_of(first) or holder_of(second)
-
-        holder = await eventually(someone_leads, 25, what="a leader")
-        leader, standby = (first, second) if holder_of(first) else (second, first)
         assert await lease_holder(bus.js) == holder
         await api_ready(bus)
 
@@ -172,14 +177,8 @@ async def test_two_schedulers_one_leads_and_the_standby_takes_over(nats_server, 
 async def test_frozen_leader_is_fenced_and_steps_down(nats_server, spawn):
     items = generate_workload(seed=99, count=240)
     expected = offline_facts(items)
-    first, second = spawn("scheduler", **NO_TICKS), spawn("scheduler", **NO_TICKS)
+    old, standby, holder = await two_schedulers(spawn)
     async with Bus(nats_server.url) as bus:
-
-        async def someone_leads():
-            return holder_of(first) or holder_of(second)
-
-        holder = await eventually(someone_leads, 25, what="a leader")
-        old, standby = (first, second) if holder_of(first) else (second, first)
         await api_ready(bus)
         third = len(items) // 3
         seqs = await publish_items(bus, items[:third])
