@@ -4,8 +4,9 @@ Commands:  qm.cmd.<jobQueue>.<quotaShare>.<Kind>
 Facts:     qm.fact.<jobQueue>.<quotaShare>.<Kind>
 API:       qm.api.<verb>  (request/reply, answered by the leading scheduler)
 
-`~` stands for "not about one queue / one share" (service environments, scheduling policies,
-queue-level configuration, ticks).  Resource names can never contain `~` or `.`, so a subject
+`~` stands for "not about one queue / one share": fleet-wide configuration (service
+environments, scheduling policies, the creation of job queues, which claims a service
+environment) and ticks; a share token `~` marks queue-level commands and facts.  Resource names can never contain `~` or `.`, so a subject
 token is always either a real name or `~`, and NATS permissions can confine a team's
 credentials to `qm.cmd.<its queue>.<its share>.SubmitServiceJob` and friends.
 """
@@ -25,9 +26,10 @@ API_PREFIX = "qm.api"
 ANY = "~"
 
 JOB_ID_COMMANDS = frozenset({"UpdateServiceJob", "TerminateServiceJob", "ReportJobStatus"})
-GLOBAL_COMMANDS = frozenset(
-    {"CreateServiceEnvironment", "UpdateServiceEnvironment", "CreateSchedulingPolicy", "Tick"}
-)
+GLOBAL_COMMANDS = frozenset({
+    "CreateServiceEnvironment", "UpdateServiceEnvironment", "CreateSchedulingPolicy",
+    "CreateJobQueue", "Tick",
+})  # fmt: skip
 
 
 def command_subject(kind: str, job_queue: str | None = None, share: str | None = None) -> str:

@@ -70,7 +70,9 @@ quotasched is AWS Batch quota management as an event-sourced scheduler on NATS J
 Clients publish commands (JSON, AWS Batch's camelCase field names) to the QM_COMMANDS stream
 on `qm.cmd.<jobQueue>.<quotaShare>.<Kind>`; the single-writer scheduler decides them and appends
 facts to the QM_FACTS stream on `qm.fact.<jobQueue>.<quotaShare>.<Kind>`.  `~` stands in a
-subject where no queue or share applies.  Read requests go to `qm.api.<verb>` (the scheduler)
+subject where no queue or share applies.  Read requests go to `qm.api.<jobQueue>.<verb>`, or
+`qm.api.~.<verb>` when they name no queue (the scheduler; with a partition per job queue, the
+fleet partition answers those with `{"redirect": [queues]}` for the client to ask each queue),
 and `qm.proj.<verb>` (the projector), NATS request/reply.  Generated from the code by
 `quotasched asyncapi`; see docs/contract.md.""".split())
 
@@ -243,8 +245,9 @@ def _handler(model: type[BaseModel]):
 
 
 READ_APIS = (
-    (API_PREFIX, scheduler_api.VERBS, API_QUEUE_GROUP,
-     "the leading scheduler from its decided state, shaped like AWS Batch's answer"),
+    (f"{API_PREFIX}.{QUEUE}", scheduler_api.VERBS, API_QUEUE_GROUP,
+     "the leading scheduler (of the job queue's partition) from its decided state, shaped "
+     "like AWS Batch's answer; `~` for the queue when the request names none"),
     (PROJ_PREFIX, projector_api.VERBS, PROJ_QUEUE_GROUP,
      "the projector from its DuckDB projection of the fact log"),
 )  # fmt: skip
@@ -262,7 +265,7 @@ def build_broker() -> NatsBroker:
         for prefix, verbs, group, answered_by in READ_APIS:
             for verb in verbs:
                 broker.subscriber(
-                    f"{prefix}.{verb}", queue=group, title=f"{prefix[3:]}.{verb}",
+                    f"{prefix}.{verb}", queue=group, title=f"{prefix.split('.')[1]}.{verb}",
                     description=f"Request/reply ({verb}), answered by {answered_by}.",
                 )(_handler(API_REQUESTS.get(verb, AnyRequest)))  # fmt: skip
     for model in fact_models():

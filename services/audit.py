@@ -38,8 +38,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from events.codec import decode_fact, encode
+from events.subjects import parse_command_subject
 from services.scheduler.core import State, evolve, step_raw
-from services.scheduler.routing import decide_message
+from services.scheduler.partition import PER_QUEUE, Partition, partition_mode
+from services.scheduler.routing import decide_message, fact_subject_of
 
 # -- records -----------------------------------------------------------------------------------
 
@@ -111,6 +113,7 @@ class Result:
     folded: int = 0  # facts folded as recorded because their commands are gone (trimmed stream)
     gaps: list[tuple[int, int]] = field(default_factory=list)  # missing command seq ranges
     divergence: Divergence | None = None
+    partition: str | None = None  # the partition audited, when the log has one per job queue
 
     @property
     def ok(self) -> bool:
@@ -133,10 +136,14 @@ class Result:
 class _Produced:
     """The recomputed facts, one at a time, running commands only as far as needed."""
 
-    def __init__(self, commands: Iterable[CommandRecord], state: State, result: Result):
+    def __init__(self, commands: Iterable[CommandRecord], state: State, result: Result,
+                 scope: Partition | None = None):  # fmt: skip
         self.commands = iter(commands)
         self.state = state
         self.result = result
+        # one partition of several (see services/scheduler/partition.py): only its commands,
+        # only its own part of their facts
+        self.scope = scope if scope is not None and scope.token is not None else None
         self.buffer: deque[tuple[int, str]] = deque()  # (command seq, encoded fact)
         self.groups: deque[tuple[int, list[str]]] = deque(maxlen=64)  # recent commands' facts
         self.recent: deque[CommandRecord] = deque(maxlen=64)  # for the divergence report
@@ -185,8 +192,11 @@ class _Produced:
 
     def _run(self, record: CommandRecord) -> None:
         result = self.result
+        scope = self.scope
+        if scope is not None and not scope.hears(record.subject or ""):
+            return  # another job queue's command: its partition is audited on its own
         previous = self.before_last = result.last_seq
-        if previous is not None and record.seq > previous + 1:
+        if previous is not None and record.seq > previous + 1 and scope is None:
             result.gaps.append((previous + 1, record.seq - 1))
         result.commands += 1
         result.first_seq = record.seq if result.first_seq is None else result.first_seq
@@ -199,6 +209,9 @@ class _Produced:
         else:
             stamp = record.stamp if record.stamp is not None else self.state.time
             facts = decide_message(self.state, record.subject, record.data, record.seq, stamp)
+            if scope is not None:
+                route = parse_command_subject(record.subject)[:2]
+                facts = [f for f in facts if scope.owns(fact_subject_of(self.state, f, route))]
         if not facts:
             result.silent += 1
             return
@@ -266,20 +279,23 @@ def verify(
     *,
     pending_allowed: bool = False,
     partial: tuple[int, int, int] | None = None,
+    scope: Partition | None = None,
 ) -> Result:
     """Re-run `commands` on a fresh state and compare the facts with `facts`, in order.
 
     `pending_allowed` (the live bus): commands after the last recorded decision are not a
     divergence but "not decided yet" (the scheduler may still be working, or be stopped).
     `partial`, from the bus reader: a trailing command whose facts were still being appended,
-    already left out of `facts`.
+    already left out of `facts`.  `scope`: the log was written by a partition per job queue,
+    and `facts` are one partition's; its commands are picked out of `commands`, and only
+    its own part of their facts is compared.
     """
-    result = Result(partial=partial)
+    result = Result(partial=partial, partition=scope.name if scope is not None else None)
     state = State()
-    produced = _Produced(commands, state, result)
+    produced = _Produced(commands, state, result, scope)
     recorded = _Recorded(facts)
     first = produced.start()
-    if first is not None and first.seq > 1:
+    if first is not None and first.seq > 1 and produced.scope is None:
         # The command stream was trimmed (allowed up to the last snapshot): the facts of the
         # commands that are gone are folded as recorded, and the audit starts from there.
         while (fact := recorded.peek()) is not None and fact.command_seq is not None \
@@ -508,8 +524,10 @@ class BusReader:
 
     BATCH = 512
 
-    def __init__(self, url: str, commands: bool = True, connect_timeout: float = 3.0):
+    def __init__(self, url: str, commands: bool = True, connect_timeout: float = 3.0,
+                 facts_filter: str = "qm.fact.>"):  # fmt: skip
         self.url = url
+        self.facts_filter = facts_filter  # one partition's facts, when there is one per queue
         self.want_commands = commands
         self.connect_timeout = connect_timeout
         self.partial: tuple[int, int, int] | None = None
@@ -600,7 +618,7 @@ class BusReader:
 
         from events.subjects import COMMANDS_STREAM, FACTS_STREAM
         from services.auth import connect_options
-        from services.bus import error_reason
+        from services.bus import error_reason, last_sequence
 
         problems: list[BaseException] = []
 
@@ -620,7 +638,8 @@ class BusReader:
             js = nc.jetstream()
             try:
                 # The log's end first: every fact up to it names a command stored before it.
-                facts_end = (await js.stream_info(FACTS_STREAM)).state.last_seq
+                await js.stream_info(FACTS_STREAM)
+                facts_end = await last_sequence(js, self.facts_filter)
                 commands_end = (await js.stream_info(COMMANDS_STREAM)).state.last_seq
             except NotFoundError:
                 raise BusUnavailable(f"the NATS server at {self.url} has no quotasched streams "
@@ -646,13 +665,13 @@ class BusReader:
         (its messages' `Qm-Facts` count says how many there will be) is held back."""
         from contextlib import aclosing
 
-        from services.scheduler.log import ALL_FACTS, read_messages, stream_seq
+        from services.scheduler.log import read_messages, stream_seq
 
         batch: list[FactRecord] = []
         held: list[FactRecord] = []  # the current command's facts until its last one arrives
         announced = 0
         if end > 0:
-            async with aclosing(read_messages(js, ALL_FACTS, 1, until_seq=end)) as messages:
+            async with aclosing(read_messages(js, self.facts_filter, 1, until_seq=end)) as messages:
                 async for msg in messages:
                     if self._stop.is_set():
                         return
@@ -744,12 +763,60 @@ def _pending(msg) -> int | None:
         return None
 
 
-def verify_bus(url: str) -> Result:
-    with BusReader(url) as bus:
+def verify_bus(url: str) -> list[Result]:
+    """Audit the live log: one result, or one per partition when the log was written by a
+    scheduling partition per job queue (each re-run over its own commands, see
+    services/scheduler/partition.py)."""
+    scopes = partitions_on_bus(url)
+    return [_verify_partition(url, scope) for scope in scopes]
+
+
+def _verify_partition(url: str, scope: Partition | None) -> Result:
+    facts_filter = scope.fact_filter if scope is not None else "qm.fact.>"
+    with BusReader(url, facts_filter=facts_filter) as bus:
         commands, facts = bus.commands(), bus.facts()
-        result = verify(commands, facts, pending_allowed=True)
+        result = verify(commands, facts, pending_allowed=True, scope=scope)
         if result.ok:
             for _ in facts:  # make sure the reader finished (it sets `partial` at the end)
                 pass
         result.partial = bus.partial
     return result
+
+
+def partitions_on_bus(url: str) -> list[Partition | None]:
+    """[None] for a log written by one partition; else the fleet and every job queue with
+    facts of its own.  Told apart by the partition names the writers put in their message
+    ids (`<partition>:<command seq>:<index>`), in the log's first message."""
+    import asyncio
+
+    import nats
+
+    from events.subjects import FACTS_STREAM
+    from services.auth import connect_options
+
+    async def look() -> list[Partition | None]:
+        nc = await nats.connect(url, name="quotasched-audit", connect_timeout=3,
+                                max_reconnect_attempts=1, **connect_options())  # fmt: skip
+        try:
+            js = nc.jetstream()
+            try:
+                info = await js.stream_info(FACTS_STREAM, subjects_filter="qm.fact.>")
+            except Exception:  # no stream: the reader says so, in its words
+                return [None]
+            subjects = (info.state.subjects or {}) if info.state.messages else {}
+            queues = sorted({subject.split(".")[2] for subject in subjects} - {"~"})
+            try:  # the log's first fact: written by a scheduler when the log began
+                first = await js.get_msg(FACTS_STREAM, info.state.first_seq)
+            except Exception:
+                return [None]
+            writer = ((first.headers or {}).get("Nats-Msg-Id") or "").split(":", 1)[0]
+            if partition_mode(writer) != PER_QUEUE:
+                return [None]
+            return [Partition.fleet(), *(Partition.for_queue(q) for q in queues)]
+        finally:
+            await nc.close()
+
+    try:
+        return asyncio.run(look())
+    except Exception:  # unreachable: the reader reports it with its own message
+        return [None]

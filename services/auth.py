@@ -10,10 +10,11 @@ credentials file per role.  The roles:
   executor               publishes ReportJobStatus (on any job's subject) and reads the fact
                          log through consumers; nothing else
   pipeline-<q>-<share>   publishes SubmitServiceJob, UpdateServiceJob and TerminateServiceJob
-                         on its own share's subjects only, and reads its own share's facts
+                         on its own share's subjects only, reads its own share's facts
                          through a consumer whose filter is its share (the server refuses to
-                         create a consumer with any other filter); no read requests (qm.api
-                         answers about every queue, so a pipeline is not given it)
+                         create a consumer with any other filter), and sends read requests
+                         about its own job queue (`qm.api.<q>.<verb>`, answered about that
+                         queue only, like AWS's per-queue list-service-jobs)
 
 Every role has its own inbox prefix (`_INBOX_<role>`) and may subscribe to nothing else: the
 replies and consumer deliveries of one role never reach another (a shared `_INBOX.>` would let
@@ -132,7 +133,7 @@ def roles(shares: Iterable[tuple[str, str]]) -> list[Role]:
     service_api = ["$JS.API.>", "$JS.ACK.>", "$JS.FC.>"]
     out = [
         Role("admin", publish=[">"], subscribe=[">"]),
-        Role("scheduler", publish=[f"{COMMANDS_PREFIX}.~.~.Tick", f"{FACTS_PREFIX}.>",
+        Role("scheduler", publish=[f"{COMMANDS_PREFIX}.*.~.Tick", f"{FACTS_PREFIX}.>",
                                    *service_api, *stores],
              subscribe=[f"{API_PREFIX}.>", *stores], allow_responses=True),
         Role("projector", publish=[*service_api, PROJECTED],
@@ -150,7 +151,7 @@ def roles(shares: Iterable[tuple[str, str]]) -> list[Role]:
         out.append(Role(
             f"pipeline-{queue}-{share}",
             publish=[*(f"{COMMANDS_PREFIX}.{queue}.{share}.{kind}" for kind in JOB_COMMANDS),
-                     *fact_reader(f"{FACTS_PREFIX}.{queue}.{share}.*")],
+                     *fact_reader(f"{FACTS_PREFIX}.{queue}.{share}.*"), f"{API_PREFIX}.{queue}.>"],
             subscribe=[],
         ))  # fmt: skip
     return out

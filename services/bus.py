@@ -74,7 +74,8 @@ async def connect(url: str, name: str, timeout: float = 10.0) -> Client:
         raise Unreachable(f"cannot reach NATS at {url} ({type(error).__name__})") from None
 
 
-def _stream_config(name: str, subjects: list[str], options: StreamOptions) -> StreamConfig:
+def _stream_config(name: str, subjects: list[str], options: StreamOptions,
+                   atomic: bool = False) -> StreamConfig:  # fmt: skip
     return StreamConfig(
         name=name,
         subjects=subjects,
@@ -89,6 +90,7 @@ def _stream_config(name: str, subjects: list[str], options: StreamOptions) -> St
         max_msgs_per_subject=-1,
         discard=DiscardPolicy.OLD,
         allow_direct=True,
+        allow_atomic=atomic or None,  # the fact log: partitions per job queue append batches
     )
 
 
@@ -96,7 +98,7 @@ async def ensure_streams(js: JetStreamContext, settings: Settings) -> None:
     options = settings.streams
     for config in (
         _stream_config(COMMANDS_STREAM, [f"{COMMANDS_PREFIX}.>"], options),
-        _stream_config(FACTS_STREAM, [f"{FACTS_PREFIX}.>"], options),
+        _stream_config(FACTS_STREAM, [f"{FACTS_PREFIX}.>"], options, atomic=True),
     ):
         try:
             info = await js.stream_info(config.name)
@@ -127,6 +129,9 @@ async def _exists(js: JetStreamContext, stream: str) -> bool:
     return True
 
 
+ATOMIC_BATCH_LIMIT = 1000  # nats-server refuses larger atomic batches (err_code 10199)
+
+
 class AppendRefused(Exception):
     """The fact log refused an append: another writer appended first (fencing) or an id was
     a duplicate.  The writer must not go on from its in-memory state."""
@@ -145,10 +150,21 @@ class FactAppender:
     (another writer got in, or a stale leader woke up), every later one is refused too, and
     nothing lands out of order.  Acks come back on a private inbox; a refusal resolves its
     future with `AppendRefused` (nats-py's own `publish_async` leaves such futures hanging).
+
+    Where that chain cannot be computed ahead (other partitions append to the same stream) or
+    is refused by the server (a replicated stream), each append is one JetStream atomic batch
+    instead: all of it is stored or none, its first message fenced on where the previous
+    batch ended.  One round trip (and, on a file stream, one fsync) per decided batch.
     """
 
-    def __init__(self, nc: Client, subject_filter: str, last_seq: int, stream: str = FACTS_STREAM):
+    def __init__(self, nc: Client, subject_filter: str, last_seq: int, stream: str = FACTS_STREAM,
+                 shared: bool = False):  # fmt: skip
         self.nc = nc
+        # Others append to the stream too (partitions of other job queues): the sequence a
+        # message will get is not known ahead, so each append is one atomic batch, fenced on
+        # its first message with the sequence the previous batch's commit reported.
+        self.shared = shared
+        self._previous: asyncio.Future | None = None  # the last atomic batch's commit
         self.stream = stream
         self.subject_filter = subject_filter
         self.next_expected = last_seq  # the sequence the next message must follow
@@ -161,7 +177,8 @@ class FactAppender:
     async def start(self) -> FactAppender:
         self._sub = await self.nc.subscribe(f"{self._inbox}.*", cb=self._on_ack)
         # A replicated stream refuses a fenced message while an earlier one on the same subject
-        # is still being proposed (10164 "wrong last sequence"): there, one message at a time.
+        # is still being proposed (10164 "wrong last sequence"): there, one atomic batch at a
+        # time, each fenced on the sequence the previous one's commit reported.
         info = await self.nc.jetstream().stream_info(self.stream)
         self.serial = (info.config.num_replicas or 1) > 1
         return self
@@ -188,9 +205,44 @@ class FactAppender:
         """
         if not messages:
             return []
-        if self.serial:
-            return await self._append_serially(messages)
+        if self.shared or self.serial:
+            return await self._atomic(messages)
         return await self._pipelined(messages)
+
+    async def _atomic(self, messages: list[tuple[str, bytes, dict[str, str]]],
+                      timeout: float = 5.0) -> list[asyncio.Future]:  # fmt: skip
+        """The messages as atomic batches (all or nothing, at most ATOMIC_BATCH_LIMIT each),
+        the first message of each fenced on where the previous batch ended.  A batch is sent
+        once the previous one's commit answered; if that one failed, its future speaks for
+        this append too (nothing more is sent)."""
+        loop = asyncio.get_running_loop()
+        future = self._previous
+        for start in range(0, len(messages), ATOMIC_BATCH_LIMIT):
+            if future is not None:
+                try:
+                    self.next_expected = await asyncio.wait_for(asyncio.shield(future), timeout)
+                except (AppendRefused, asyncio.TimeoutError, TimeoutError, asyncio.CancelledError):
+                    return [future]
+            chunk = messages[start:start + ATOMIC_BATCH_LIMIT]
+            self._token += 1
+            batch_id = f"{self._inbox.rsplit('.', 1)[-1]}-{self._token}"
+            future = loop.create_future()
+            self._pending[self._token] = future
+            last = len(chunk)
+            for index, (subject, payload, headers) in enumerate(chunk, start=1):
+                headers["Nats-Batch-Id"] = batch_id
+                headers["Nats-Batch-Sequence"] = str(index)
+                if index == 1:
+                    headers["Nats-Expected-Last-Subject-Sequence"] = str(self.next_expected)
+                    headers["Nats-Expected-Last-Subject-Sequence-Subject"] = self.subject_filter
+                if index == last:
+                    headers["Nats-Batch-Commit"] = "1"
+                    await self.nc.publish(subject, payload, reply=f"{self._inbox}.{self._token}",
+                                          headers=headers)  # fmt: skip
+                else:
+                    await self.nc.publish(subject, payload, headers=headers)
+        self._previous = future
+        return [future]
 
     async def _pipelined(self, messages: list[tuple[str, bytes, dict[str, str]]]) -> list[asyncio.Future]:
         loop = asyncio.get_running_loop()
@@ -209,18 +261,6 @@ class FactAppender:
             self.next_expected += 1
         return [future]
 
-    async def _append_serially(self, messages, timeout: float = 5.0) -> list[asyncio.Future]:
-        """Each message waits for the one before it to be stored; the first one refused (or
-        unanswered) ends the append, and its future says why."""
-        future: asyncio.Future | None = None
-        for message in messages:
-            [future] = await self._pipelined([message])
-            try:
-                await asyncio.wait_for(asyncio.shield(future), timeout)
-            except (AppendRefused, asyncio.TimeoutError, TimeoutError):
-                break
-        return [future]
-
     async def _on_ack(self, msg) -> None:
         future = self._pending.pop(int(msg.subject.rsplit(".", 1)[1]), None)
         if future is None or future.done():
@@ -237,13 +277,13 @@ class FactAppender:
             future.set_result(answer["seq"])
 
 
-async def last_sequence(js: JetStreamContext, subject_filter: str) -> int:
-    """The stream sequence of the last fact under `subject_filter` (0 when none)."""
-    info = await js.stream_info(FACTS_STREAM)
+async def last_sequence(js: JetStreamContext, subject_filter: str, stream: str = FACTS_STREAM) -> int:
+    """The stream sequence of the last message under `subject_filter` (0 when none)."""
+    info = await js.stream_info(stream)
     if info.state.messages == 0:
         return 0
     try:
-        message = await js.get_last_msg(FACTS_STREAM, subject_filter)
+        message = await js.get_last_msg(stream, subject_filter)
     except NotFoundError:
         return 0
     return message.seq

@@ -18,15 +18,18 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import threading
 from collections.abc import Coroutine
 from typing import Any
 
+from nats.errors import NoRespondersError
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
+from events.base import NAME_PATTERN
 from events.codec import decode_command, decode_fact
 from events.facts import CommandRejected, Fact
-from events.subjects import API_PREFIX, COMMANDS_STREAM, FACTS_STREAM, subject_for_command
+from events.subjects import ANY, API_PREFIX, COMMANDS_STREAM, FACTS_STREAM, subject_for_command
 from services.bus import connect
 
 DEFAULT_URL = "nats://127.0.0.1:4222"
@@ -61,12 +64,30 @@ class Bus:
             self.nc = None
 
     async def request(self, verb: str, timeout: float = 10.0, **params: Any) -> dict[str, Any]:
-        reply = await self.nc.request(f"{API_PREFIX}.{verb}", json.dumps(params).encode(),
-                                      timeout=timeout)  # fmt: skip
-        answer = json.loads(reply.data)
+        """Ask the scheduler: a request naming a job queue goes to `qm.api.<queue>.<verb>`,
+        any other to `qm.api.~.<verb>`.  A scheduler partitioned per job queue answers the
+        latter from its fleet partition, or names the queues that hold the answer
+        (`redirect`); then each is asked and the answers are merged."""
+        queue = _queue_of(params.get("jobQueue"))
+        answer = await self._ask(queue or ANY, verb, params, timeout)
+        if isinstance(answer, dict) and "redirect" in answer:
+            asked = [self._ask(name, verb, params, timeout, missing_ok=True)
+                     for name in answer["redirect"]]  # fmt: skip
+            answer = _merge(verb, [a for a in await asyncio.gather(*asked) if a is not None])
         if isinstance(answer, dict) and "error" in answer:
             raise ClientError(answer["error"]["message"])
         return answer
+
+    async def _ask(self, queue: str, verb: str, params: dict, timeout: float,
+                   missing_ok: bool = False) -> dict[str, Any] | None:  # fmt: skip
+        try:
+            reply = await self.nc.request(f"{API_PREFIX}.{queue}.{verb}",
+                                          json.dumps(params).encode(), timeout=timeout)  # fmt: skip
+        except NoRespondersError:
+            if missing_ok:  # a queue whose partition no scheduler runs: it has nothing to say
+                return None
+            raise
+        return json.loads(reply.data)
 
     async def route(self, job_id: str) -> tuple[str, str]:
         job = await self.request("describe-service-job", jobId=job_id)
@@ -123,6 +144,30 @@ class Bus:
             await sub.unsubscribe()
 
 
+def _queue_of(value: Any) -> str | None:
+    """A job queue's name from a name or an ARN (`...:job-queue/<name>`)."""
+    if not isinstance(value, str) or not value:
+        return None
+    name = value.rsplit("job-queue/", 1)[-1].split("/", 1)[0]
+    return name if re.match(NAME_PATTERN, name) else None
+
+
+def _merge(verb: str, answers: list[dict[str, Any]]) -> dict[str, Any]:
+    """One answer from those of several job queues' partitions: the lists of every queue
+    that answered without an error, concatenated (a job lives in one queue: the others say it
+    does not exist), or the first error when none could answer."""
+    found = [answer for answer in answers if "error" not in answer]
+    if not found:
+        return answers[0] if answers else {
+            "error": {"type": "ClientException", "message": f"no job queue could answer {verb}"}}
+    merged = dict(found[0])
+    for answer in found[1:]:
+        for key, value in answer.items():
+            if isinstance(value, list) and isinstance(merged.get(key), list):
+                merged[key] = merged[key] + value
+    return merged
+
+
 def _as_command(command: Any):
     if isinstance(command, (str, bytes)):
         data = command.encode() if isinstance(command, str) else command
@@ -156,7 +201,8 @@ class AsyncTrainingQueuedJob:
         return f"arn:aws:batch:local:000000000000:job/{self.job_id}"
 
     async def describe(self) -> dict[str, Any]:
-        return await self.bus.request("describe-service-job", jobId=self.job_id)
+        return await self.bus.request("describe-service-job", jobId=self.job_id,
+                                      jobQueue=self.job_queue)  # fmt: skip
 
     async def update(self, scheduling_priority: int) -> None:
         raise_if_rejected(await self.bus.submit_and_wait(

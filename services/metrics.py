@@ -225,9 +225,12 @@ def _waiting(jobs: dict, entries: list, into: set[str]) -> set[str]:
     return into
 
 
-def state_families(state: State, job_counts: dict[tuple[str, str], Counter] | None = None) -> list:
+def state_families(state: State, job_counts: dict[tuple[str, str], Counter] | None = None,
+                   only_queue: str | None = None) -> list:  # fmt: skip
     """The gauges of a scheduler's state (see docs/metrics.md); `job_counts`: its
-    `jobs_by_status`, when already counted."""
+    `jobs_by_status`, when already counted; `only_queue`: the one queue a partition serves
+    (its state knows every queue's configuration, not their shares and jobs)."""
+    queues = [q for q in state.queues.values() if only_queue is None or q.name == only_queue]
     labels = ["job_queue", "quota_share", "capacity_unit"]
     limit = GaugeMetricFamily("quotasched_share_limit",
                               "The share's own limit (maxCapacity) in instances.", labels=labels)
@@ -244,7 +247,7 @@ def state_families(state: State, job_counts: dict[tuple[str, str], Counter] | No
             family.add_metric([queue, share, unit], value)
     info = GaugeMetricFamily("quotasched_share_info", "1 per quota share, with its configuration.",
                              labels=["job_queue", "quota_share", "strategy", "state"])  # fmt: skip
-    for queue in state.queues.values():
+    for queue in queues:
         for share in queue.shares.values():
             info.add_metric([queue.name, share.name, share.strategy.value, share.state.value], 1)
     jobs = GaugeMetricFamily(
@@ -260,7 +263,7 @@ def state_families(state: State, job_counts: dict[tuple[str, str], Counter] | No
         "quotasched_queue_capacity",
         "maxCapacity of the job queue's service environment, per capacity unit.",
         labels=["job_queue", "capacity_unit"])  # fmt: skip
-    for queue in state.queues.values():
+    for queue in queues:
         environment = state.environments.get(queue.environment)
         if environment is not None:
             for unit, quantity in sorted(environment.capacity.items()):
@@ -276,8 +279,11 @@ class SchedulerPart:
 
     role = "scheduler"
 
-    def __init__(self, scheduler) -> None:
+    def __init__(self, scheduler, labelled: bool = False) -> None:
         self.scheduler = scheduler
+        # One of several partitions in this process: every series of the writer carries a
+        # `partition` label, and the state's gauges cover only the partition's own queue.
+        self.labelled = labelled
         self._pending: tuple[int, int] | None = None
         self._jobs: dict | None = None
 
@@ -288,7 +294,7 @@ class SchedulerPart:
             return
         self._jobs = await jobs_by_status_yielding(scheduler.recovered.state)
         try:
-            consumer = f"scheduler-{scheduler.partition}"
+            consumer = scheduler.scope.durable
             info = await scheduler.js.consumer_info(COMMANDS_STREAM, consumer,
                                                     timeout=QUERY_TIMEOUT_S)  # fmt: skip
         except Exception as error:  # no such consumer yet, a timeout, a lost connection
@@ -297,6 +303,14 @@ class SchedulerPart:
         self._pending = (info.num_pending or 0, info.num_ack_pending or 0)
 
     def families(self) -> list:
+        out = self._families()
+        if self.labelled:
+            for family in out:
+                for sample in family.samples:
+                    sample.labels.setdefault("partition", self.scheduler.partition)
+        return out
+
+    def _families(self) -> list:
         scheduler = self.scheduler
         leading = scheduler.leading.is_set()
         leader = GaugeMetricFamily("quotasched_scheduler_leader",
@@ -338,7 +352,9 @@ class SchedulerPart:
                 pending.add_metric(["undelivered"], self._pending[0])
                 pending.add_metric(["unacked"], self._pending[1])
                 out.append(pending)
-            out.extend(state_families(recovered.state, self._jobs))
+            scope = scheduler.scope
+            if scope.token is None or scope.is_queue:  # the fleet has no shares or jobs
+                out.extend(state_families(recovered.state, self._jobs, only_queue=scope.token))
         return out
 
     def health(self) -> tuple[bool, dict[str, Any]]:
@@ -465,7 +481,12 @@ class MetricsEndpoint:
         for part in self.parts:
             ok, document = part.health()
             healthy = healthy and ok
-            components[part.role] = document
+            if part.role in components:  # several partitions: a list, one per partition
+                if not isinstance(components[part.role], list):
+                    components[part.role] = [components[part.role]]
+                components[part.role].append(document)
+            else:
+                components[part.role] = document
         return healthy, {"status": "ok" if healthy else "unavailable", **components}
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -512,8 +533,16 @@ class _Parts:
         self.endpoint = endpoint
 
     def collect(self):
+        """Every part's families, those of the same name merged into one (the partitions of
+        one process report the same metrics, told apart by their `partition` label)."""
+        merged: dict[str, Any] = {}
         for part in self.endpoint.parts:
-            yield from part.families()
+            for family in part.families():
+                if family.name in merged:
+                    merged[family.name].samples.extend(family.samples)
+                else:
+                    merged[family.name] = family
+        yield from merged.values()
 
 
 def _reason_and_outcome(payload: bytes) -> tuple[str, str]:

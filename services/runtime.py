@@ -115,12 +115,13 @@ class Stack:
         if endpoint is not None:
             endpoint.add(ProjectorPart(runner, self._nc.jetstream()))
 
-    async def expose(self, scheduler: Scheduler) -> None:
+    async def expose(self, scheduler: Scheduler, labelled: bool = False) -> None:
         """Serve a scheduler's metrics and health on the metrics port, when one is set (also
-        for a scheduler run outside the stack, as `quotasched scheduler` does)."""
+        for a scheduler run outside the stack, as `quotasched scheduler` does); `labelled`:
+        one of several partitions of this process."""
         endpoint = await self._metrics()
         if endpoint is not None:
-            endpoint.add(SchedulerPart(scheduler))
+            endpoint.add(SchedulerPart(scheduler, labelled))
 
     async def _metrics(self) -> MetricsEndpoint | None:
         if self.settings.metrics_port is None:

@@ -111,7 +111,7 @@ def verify(
     elif nats_url is not None:
         source = f"bus: {nats_url}"
         try:
-            result = audit.verify_bus(nats_url)
+            results = audit.verify_bus(nats_url)
         except audit.BusUnavailable as error:
             raise _fail(f"quotasched audit verify: {error}") from None
         except Exception as error:  # e.g. the server went away mid-read
@@ -120,11 +120,22 @@ def verify(
     else:
         raise _fail("quotasched audit verify: give --commands FILE --facts FILE, or --nats-url "
                     "URL (or set QUOTASCHED_NATS_URL)")  # fmt: skip
-    if output == "json":
-        typer.echo(json.dumps({"source": source, **result.document()}, indent=2))
-    else:
-        typer.echo(audit.render(result, source))
-    if not result.ok:
+    if commands is not None or len(results) == 1:
+        result = result if commands is not None else results[0]
+        if output == "json":
+            typer.echo(json.dumps({"source": source, **result.document()}, indent=2))
+        else:
+            typer.echo(audit.render(result, source))
+        ok = result.ok
+    else:  # a log written by a scheduling partition per job queue: each audited on its own
+        ok = all(result.ok for result in results)
+        if output == "json":
+            typer.echo(json.dumps({"source": source, "ok": ok,
+                                   "partitions": [r.document() for r in results]}, indent=2))  # fmt: skip
+        else:
+            typer.echo("\n\n".join(audit.render(r, f"{source}, partition {r.partition}")
+                                   for r in results))  # fmt: skip
+    if not ok:
         raise typer.Exit(EXIT_DIVERGED)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -11,6 +12,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from events.base import NAME_PATTERN, NAME_RULE
 from events.codec import command_schema, decode_fact, fact_schema
 from services.replay import replay_lines
 from services.scheduler.core import State, state_document
@@ -220,7 +222,13 @@ def up(
 @app.command()
 def scheduler(
     nats_url: NatsUrl = None,
-    partition: Annotated[str, typer.Option(help="Scheduling partition (lease key).")] = "main",
+    partition: Annotated[str, typer.Option(help="Name of the single partition (its lease key).")] = "main",
+    job_queue: Annotated[Optional[list[str]], typer.Option(
+        "--job-queue", envvar="QUOTASCHED_JOB_QUEUES",
+        help="Run one scheduling partition per job queue: lead (or stand by for) each queue "
+             "named, plus the fleet-wide configuration. Repeat it; give every process the "
+             "queues it may lead. Without it, one partition decides for every queue.",
+        show_default=False)] = None,
     metrics_port: MetricsPort = None,
 ) -> None:
     """Run one scheduler instance against a NATS server; a second one is a hot standby."""
@@ -243,12 +251,39 @@ def scheduler(
 
             nc = await connect(nats_url, "quotasched-scheduler")
             stop_on_signals(stack.stop)
-            instance = Scheduler(nc, stack.settings)
-            await stack.expose(instance)
-            await instance.run(stack.stop)
+            scopes = partitions_for(queues, partition)
+            members = None
+            if queues:  # partitions per job queue: spread their leases over the processes
+                from services.scheduler.members import Members
+
+                members = Members([scope.name for scope in scopes], stack.settings.lease_ttl_s)
+            instances = [Scheduler(nc, stack.settings, partition=scope, members=members)
+                         for scope in scopes]  # fmt: skip
+            for instance in instances:
+                await stack.expose(instance, labelled=len(instances) > 1)
+            runs = [instance.run(stack.stop) for instance in instances]
+            if members is not None:
+                runs.append(members.run(nc.jetstream(), stack.stop))
+            await asyncio.gather(*runs)
             await nc.close()
 
-    asyncio.run(run())
+    from services.scheduler.partition import partitions_for
+
+    queues = [name for value in job_queue or [] for name in value.replace(",", " ").split()]
+    bad = [name for name in queues if not re.match(NAME_PATTERN, name)]
+    if bad:
+        typer.echo(f"quotasched scheduler: job queue name {bad[0]!r} {NAME_RULE}", err=True)
+        raise typer.Exit(2)
+    try:
+        asyncio.run(run())
+    except Exception as error:
+        from services.scheduler.service import ModeConflict
+
+        if not isinstance(error, ModeConflict):
+            raise
+        typer.echo(f"quotasched scheduler: {error}", err=True)
+        raise typer.Exit(2) from None
+
 
 
 @app.command("executor")

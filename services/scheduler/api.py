@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from events.subjects import API_PREFIX
 from services.scheduler.core.state import Job, State
+from services.scheduler.partition import Partition
 
 ARN = "arn:aws:batch:local:000000000000"
 
@@ -251,3 +253,45 @@ def answer(state: State, verb: str, request: dict) -> dict[str, Any]:
         return handler(state, request)
     except ApiError as error:
         return {"error": {"type": "ClientException", "message": str(error)}}
+
+
+FLEET_VERBS = frozenset({"describe-service-environments", "describe-scheduling-policies"})
+
+
+def answer_in(scope: Partition, state: State, verb: str, request: dict,
+              subject_queue: str | None = None) -> dict[str, Any]:  # fmt: skip
+    """`answer` as one scheduling partition gives it (see `partition.py`), to a request that
+    arrived on `qm.api.<subject_queue>.<verb>` (None: `qm.api.~.<verb>` or `qm.api.<verb>`).
+
+    A request on a queue's subject is answered about that queue only, whoever answers it, so
+    NATS permissions on `qm.api.<queue>.>` confine a team's reads to its queue.  A single
+    partition knows everything.  The fleet partition answers the fleet-wide verbs and, for
+    the rest, names the job queues to ask instead (`{"redirect": [...]}`: the client asks each
+    queue's partition on `qm.api.<queue>.<verb>` and merges).  A queue partition answers for
+    its own queue, whose state (and configuration updates) only it holds.
+    """
+    if verb in FLEET_VERBS or verb not in VERBS:
+        return answer(state, verb, request)
+    if subject_queue is None and scope.token is not None and not scope.is_queue:
+        return {"redirect": sorted(state.queues)}
+    queue = subject_queue or (scope.token if scope.is_queue else None)
+    if queue is None:
+        return answer(state, verb, request)
+    named = _name(request.get("jobQueue"))
+    arn = request.get("quotaShareArn")
+    if arn and "job-queue/" in arn:
+        named = arn.split("job-queue/", 1)[1].split("/", 1)[0]
+    if named is not None and named != queue:
+        return {"error": {"type": "ClientException", "message": (
+            f"A request about job queue {named} must be sent on {API_PREFIX}.{named}.{verb}")}}
+    if verb in ("list-service-jobs", "get-job-queue-snapshot", "list-quota-shares") or (
+            verb == "describe-quota-share" and not arn):  # fmt: skip
+        request = {**request, "jobQueue": queue}
+    described = answer(state, verb, request)
+    if verb == "describe-service-job" and described.get("jobQueue") not in (None, queue):
+        return {"error": {"type": "ClientException",
+                          "message": f"Job {_name(request.get('jobId'))} does not exist"}}
+    if verb == "describe-job-queues":
+        described["jobQueues"] = [q for q in described["jobQueues"] if q["jobQueueName"] == queue]
+    return described
+

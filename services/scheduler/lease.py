@@ -10,13 +10,20 @@ expected-last-sequence check refuses its append (fencing).
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
+
+import nats.errors
 
 from nats.js import JetStreamContext
 from nats.js.errors import KeyWrongLastSequenceError, NotFoundError, APIError
 
 from events.subjects import LEASES_BUCKET
+
+# The bucket did not answer: a request timed out, or the connection is closed or reconnecting.
+UNANSWERED = (nats.errors.TimeoutError, nats.errors.ConnectionClosedError,
+              nats.errors.NoRespondersError, asyncio.TimeoutError, TimeoutError, ConnectionError)
 
 
 class Lease:
@@ -29,11 +36,13 @@ class Lease:
         self.valid_until = 0.0
 
     async def acquire(self) -> bool:
-        kv = await self.js.key_value(LEASES_BUCKET)
+        """Take the lease if nobody holds it; False also when the bucket does not answer (a
+        cluster electing a new leader for it, a reconnect): the caller tries again later."""
         started = time.monotonic()
         try:
+            kv = await self.js.key_value(LEASES_BUCKET)
             self.revision = await kv.create(self.key, self.holder.encode())
-        except (KeyWrongLastSequenceError, APIError):
+        except (KeyWrongLastSequenceError, APIError, *UNANSWERED):
             return False
         self.valid_until = started + self.ttl_s * 0.75
         return True
@@ -56,12 +65,13 @@ class Lease:
         return self.revision is not None and time.monotonic() < self.valid_until
 
     async def release(self) -> None:
+        """Give the lease up at once, if the bucket answers; if not, it expires by itself."""
         if self.revision is None:
             return
-        kv = await self.js.key_value(LEASES_BUCKET)
         try:
+            kv = await self.js.key_value(LEASES_BUCKET)
             await kv.delete(self.key, last=self.revision)
-        except (KeyWrongLastSequenceError, NotFoundError, APIError):
+        except (KeyWrongLastSequenceError, NotFoundError, APIError, *UNANSWERED):
             pass
         self.revision = None
         self.valid_until = 0.0

@@ -20,14 +20,28 @@ from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy, ObjectMeta, ObjectMetaOptions
 from nats.js.errors import ObjectNotFoundError
 
-from events.codec import decode_fact
-from events.subjects import FACTS_STREAM, SNAPSHOTS_BUCKET
+from events.codec import decode_fact, encode_bytes
+from events.subjects import ANY, COMMANDS_PREFIX, COMMANDS_STREAM, FACTS_STREAM, SNAPSHOTS_BUCKET
 from services.bus import last_sequence
 from services.scheduler.core import State, evolve
+from services.scheduler.partition import Partition
+from services.scheduler.routing import decide_message, fact_subject_of
 
-SNAPSHOT_VERSION = 3  # 3: jobs pickled as slot tuples; 2: zlib-compressed; 1: plain pickle
+# 4: with the last command in the state; 3: jobs pickled as slot tuples; 2: zlib; 1: pickle
+SNAPSHOT_VERSION = 4
 CHUNK_BYTES = 512 * 1024  # object-store chunks: fewer round trips than nats-py's 128 KiB
 ALL_FACTS = "qm.fact.>"
+
+
+def sequence_and_time(msg) -> tuple[int, float]:
+    """Stream sequence and timestamp (seconds) of a command, from the v1 ack subject
+    `$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts ns>.<pending>` when it has
+    that form (parsing it is 4x cheaper than `msg.metadata`, and keeps the nanoseconds)."""
+    tokens = msg.reply.split(".") if msg.reply else []
+    if len(tokens) == 9 and tokens[0] == "$JS":
+        return int(tokens[5]), int(tokens[7]) / 1e9
+    metadata = msg.metadata
+    return metadata.sequence.stream, metadata.timestamp.timestamp()
 
 
 def stream_seq(msg) -> int:
@@ -38,10 +52,11 @@ def stream_seq(msg) -> int:
 
 
 async def read_messages(js: JetStreamContext, subject: str = ALL_FACTS, start_seq: int = 1,
-                        until_seq: int | None = None, follow: bool = False) -> AsyncIterator:  # fmt: skip
+                        until_seq: int | None = None, follow: bool = False,
+                        stream: str = FACTS_STREAM) -> AsyncIterator:  # fmt: skip
     """Every fact message from `start_seq`, in log order; stops at the log's end as of the
     call (or `until_seq`) unless `follow`."""
-    end = until_seq if until_seq is not None else await last_sequence(js, subject)
+    end = until_seq if until_seq is not None else await last_sequence(js, subject, stream)
     if end < start_seq and not follow:
         return
     inbox: asyncio.Queue = asyncio.Queue(maxsize=100_000)
@@ -51,7 +66,7 @@ async def read_messages(js: JetStreamContext, subject: str = ALL_FACTS, start_se
 
     config = ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=start_seq)
     sub = await js.subscribe(subject, cb=deliver, ordered_consumer=True, config=config,
-                             stream=FACTS_STREAM, pending_msgs_limit=200_000)  # fmt: skip
+                             stream=stream, pending_msgs_limit=200_000)  # fmt: skip
     try:
         while True:
             msg = await inbox.get()
@@ -69,18 +84,30 @@ async def read_log(js: JetStreamContext, subject: str = ALL_FACTS, start_seq: in
         yield stream_seq(msg), msg.data, msg.subject
 
 
+async def read_commands(js: JetStreamContext, start_seq: int = 1) -> list[tuple[int, str, bytes, float]]:
+    """Every command of QM_COMMANDS from `start_seq`, as the scheduler saw it: (stream seq,
+    subject, data, stamp), the stamp from `sequence_and_time`."""
+    out = []
+    async for msg in read_messages(js, f"{COMMANDS_PREFIX}.>", start_seq, stream=COMMANDS_STREAM):
+        seq, stamp = sequence_and_time(msg)
+        out.append((seq, msg.subject, msg.data, stamp))
+    return out
+
+
 @dataclass
 class Recovered:
     state: State
     fact_seq: int  # the last fact folded into state (every command up to it is complete)
     decided_through: int  # the last command sequence whose facts are all in the log
+    commands_through: int = 0  # the last command the state includes (>= decided_through)
     log_end: int = 0  # the log's last sequence, partial command included: the next fence
     partial: tuple[int, list[bytes]] | None = None  # (command seq, its facts already logged)
     snapshot_seq: int = 0  # the snapshot this state was rebuilt from (0: from the start)
+    folded: int = 0  # facts of this partition folded (or decided again) since the snapshot
 
 
-async def recover(js: JetStreamContext, partition: str, warm: Recovered | None = None) -> Recovered:
-    """Latest snapshot plus the tail of the fact log, folded with the one `evolve`.
+async def recover(js: JetStreamContext, scope: Partition, warm: Recovered | None = None) -> Recovered:
+    """Latest snapshot plus the tail of the partition's facts, folded with the one `evolve`.
 
     With `warm` (the result of an earlier call that nothing has changed since), only the
     facts logged after it are folded: a standby calls this over and over to follow the log,
@@ -91,11 +118,17 @@ async def recover(js: JetStreamContext, partition: str, warm: Recovered | None =
     writer that died mid-append may have left only the first facts of its last command; those
     are not folded but returned as `partial`, so the next leader re-decides that command
     (deterministically: to the same facts) and appends only what is missing.
+
+    A job queue's partition records only its own facts, so the fleet-wide commands it
+    decided (an environment created, a queue created) are not all in what it folds: those
+    are decided again from the command stream, in order among its own commands (see
+    `FleetCommands`).
     """
-    recovered = warm or await load_snapshot(js, partition) or Recovered(State(), 0, 0)
+    recovered = warm or await load_snapshot(js, scope.name) or Recovered(State(), 0, 0)
     recovered.log_end, recovered.partial = recovered.fact_seq, None
+    fleet = await FleetCommands.read(js, scope, recovered.commands_through) if scope.is_queue else None
     group: list = []
-    async for msg in read_messages(js, ALL_FACTS, recovered.fact_seq + 1):
+    async for msg in read_messages(js, scope.fact_filter, recovered.fact_seq + 1):
         seq = stream_seq(msg)
         recovered.log_end = seq
         headers = msg.headers or {}
@@ -103,19 +136,66 @@ async def recover(js: JetStreamContext, partition: str, warm: Recovered | None =
         count = int(headers.get("Qm-Facts", "1"))
         if len(group) < count:
             continue
-        for fact_seq, data in group:
-            if fact_seq % 16384 == 0:
-                # The state is hundreds of thousands of long-lived objects: without this
-                # the cyclic collector rescans them again and again during a long fold.
-                gc.freeze()
-            fact = decode_fact(data)
-            evolve(recovered.state, fact)
-            recovered.fact_seq = fact_seq
-            recovered.decided_through = max(recovered.decided_through, fact.command_seq)
+        facts = [decode_fact(data) for _, data in group]
+        command_seq = facts[0].command_seq
+        redecided = fleet.decide_through(recovered, command_seq) if fleet is not None else None
+        if redecided is not None:  # a fleet-wide command, decided again just now
+            if redecided != [data for _, data in group]:
+                raise RuntimeError(f"deciding fleet-wide command {command_seq} again gave "
+                                   "other facts than the log holds")  # fmt: skip
+        else:
+            for (fact_seq, _), fact in zip(group, facts):
+                if fact_seq % 16384 == 0:
+                    # The state is hundreds of thousands of long-lived objects: without
+                    # this the cyclic collector rescans them again and again in a long fold.
+                    gc.freeze()
+                evolve(recovered.state, fact)
+        recovered.fact_seq = group[-1][0]
+        recovered.folded += len(group)
+        recovered.decided_through = max(recovered.decided_through, command_seq)
+        recovered.commands_through = max(recovered.commands_through, command_seq)
         group = []
     if group:
         recovered.partial = (decode_fact(group[0][1]).command_seq, [data for _, data in group])
     return recovered
+
+
+class FleetCommands:
+    """The fleet-wide commands (`qm.cmd.~.>`) after a point of the command stream, for a job
+    queue's partition to decide again among its own recorded commands.  They are few: the
+    configuration of environments, policies and queues, and explicit Ticks."""
+
+    def __init__(self, scope: Partition, messages: list[tuple[int, str, bytes, float]]):
+        self.scope = scope
+        self.pending = messages  # (seq, subject, data, stamp), in stream order
+
+    @classmethod
+    async def read(cls, js: JetStreamContext, scope: Partition, after: int) -> FleetCommands:
+        subject = f"{COMMANDS_PREFIX}.{ANY}.>"
+        end = await last_sequence(js, subject, COMMANDS_STREAM)
+        messages = []
+        if end > after:
+            async for msg in read_messages(js, subject, after + 1, end, stream=COMMANDS_STREAM):
+                seq, stamp = sequence_and_time(msg)
+                messages.append((seq, msg.subject, msg.data, stamp))
+        return cls(scope, messages)
+
+    def decide_through(self, recovered: Recovered, seq: int) -> list[bytes] | None:
+        """Decide every fleet-wide command up to `seq` not yet in the state; returns this
+        partition's facts of command `seq` itself when it was one of them."""
+        mine = None
+        while self.pending and self.pending[0][0] <= seq:
+            command_seq, subject, data, stamp = self.pending.pop(0)
+            if command_seq <= recovered.commands_through:
+                continue
+            state = recovered.state
+            facts = decide_message(state, subject, data, command_seq, stamp)
+            recovered.commands_through = command_seq
+            if command_seq == seq:
+                route = (None, None)  # fleet-wide: parse_command_subject gives no tokens
+                mine = [encode_bytes(fact) for fact in facts
+                        if self.scope.owns(fact_subject_of(state, fact, route))]
+        return mine
 
 
 def capture_snapshot(recovered: Recovered) -> Callable[[], bytes]:
@@ -126,7 +206,8 @@ def capture_snapshot(recovered: Recovered) -> Callable[[], bytes]:
     while the writer goes on deciding (pickling a state of a million jobs holds the
     interpreter for seconds), and the bytes come back through a pipe.
     """
-    image = (SNAPSHOT_VERSION, recovered.fact_seq, recovered.decided_through, recovered.state)
+    image = (SNAPSHOT_VERSION, recovered.fact_seq, recovered.decided_through,
+             recovered.commands_through, recovered.state)  # fmt: skip
     if not hasattr(os, "fork"):
         payload = encode_snapshot(image)
         return lambda: payload
@@ -191,9 +272,10 @@ async def load_snapshot(js: JetStreamContext, partition: str) -> Recovered | Non
     except ObjectNotFoundError:
         return None
     try:
-        version, fact_seq, decided_through, state = pickle.loads(zlib.decompress(buffer.getbuffer()))
-    except Exception:  # an older layout (or a damaged object): fold the whole log instead
+        image = pickle.loads(zlib.decompress(buffer.getbuffer()))
+    except Exception:  # a damaged object: fold the whole log instead
         return None
-    if version != SNAPSHOT_VERSION:
+    if not isinstance(image, tuple) or image[0] != SNAPSHOT_VERSION:
         return None  # an older layout: fold the whole log instead
-    return Recovered(state, fact_seq, decided_through, snapshot_seq=fact_seq)
+    _, fact_seq, decided_through, commands_through, state = image
+    return Recovered(state, fact_seq, decided_through, commands_through, snapshot_seq=fact_seq)

@@ -10,7 +10,12 @@ from __future__ import annotations
 
 from events.codec import DecodeError, decode_command
 from events.facts import Fact
-from events.subjects import JOB_ID_COMMANDS, parse_command_subject, subject_for_command
+from events.subjects import (
+    JOB_ID_COMMANDS,
+    fact_subject,
+    parse_command_subject,
+    subject_for_command,
+)
 from services.scheduler.core import State, reject, reject_undecodable, step
 
 
@@ -44,6 +49,45 @@ def _misrouted(state: State, command, subject: str, queue, share, kind: str) -> 
             )
         return None
     expected = subject_for_command(command)
+    if command.kind == "Tick" and share is None:
+        return None  # a partition's own ticks travel on qm.cmd.<its queue>.~.Tick
     if subject != expected:
         return f"A {command.kind} command must be published on {expected}, not {subject}"
     return None
+
+
+def fact_subject_of(state: State, fact: Fact, route: tuple[str | None, str | None]) -> str:
+    """The subject a fact is recorded under, which also says which partition writes it.
+
+    `route` is the (queue, share) of the command's subject, from `parse_command_subject`.
+    A refusal goes under the command's own subject tokens: it belongs to whoever published
+    the command, whatever job or share it names.  Any other fact about a job goes under the
+    job's queue and share; the rest under the command's queue, or under `~` when the command
+    was fleet-wide (the configuration facts of service environments, scheduling policies
+    and job queue creation).
+    """
+    queue, share = route
+    if fact.kind == "CommandRejected":
+        return fact_subject(fact.kind, queue, share)
+    job_id = getattr(fact, "job_id", None)
+    job = state.jobs.get(job_id) if job_id is not None else None
+    if job is not None:
+        return fact_subject(fact.kind, job.queue, job.share)
+    if queue is None:
+        return fact_subject(fact.kind)
+    return fact_subject(fact.kind, queue, getattr(fact, "quota_share_name", None) or share)
+
+
+def decide_partition(scope, commands) -> list[Fact]:
+    """What the core gives one scheduling partition (`partition.Partition`) over recorded
+    commands `(seq, subject, data, stamp)` in stream order: it decides the commands it hears,
+    from a fresh state, and keeps its own part of their facts.  The log a partition writes must
+    be exactly this (the partition tests and benchmark check it)."""
+    state, out = State(), []
+    for seq, subject, data, stamp in commands:
+        if not scope.hears(subject):
+            continue
+        route = parse_command_subject(subject)[:2]
+        out.extend(fact for fact in decide_message(state, subject, data, seq, stamp)
+                   if scope.owns(fact_subject_of(state, fact, route)))  # fmt: skip
+    return out

@@ -27,23 +27,23 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 
 from events.codec import encode_bytes
-from events.facts import Fact
-from events.subjects import (
-    API_PREFIX,
-    COMMANDS_PREFIX,
-    COMMANDS_STREAM,
-    command_subject,
-    fact_subject,
-    parse_command_subject,
-)
+from events.subjects import ANY, API_PREFIX, COMMANDS_STREAM, FACTS_STREAM, parse_command_subject
 from services import logs
 from services.bus import AppendRefused, FactAppender, ensure_streams
 from services.metrics import WriterStats
-from services.scheduler.api import answer
+from services.scheduler.api import answer_in
 from services.scheduler.lease import Lease
-from services.scheduler.log import ALL_FACTS, Recovered, capture_snapshot, recover, save_snapshot
+from services.scheduler.members import Members
+from services.scheduler.log import (
+    Recovered,
+    capture_snapshot,
+    recover,
+    save_snapshot,
+    sequence_and_time,
+)
 from services.scheduler.core import catch_up_clock
-from services.scheduler.routing import decide_message
+from services.scheduler.partition import SINGLE, Partition, partition_mode
+from services.scheduler.routing import decide_message, fact_subject_of
 from services.settings import Settings
 
 log = logs.get("quotasched.scheduler")
@@ -65,12 +65,16 @@ class InFlight:
 
 
 class Scheduler:
-    def __init__(self, nc: Client, settings: Settings, holder: str | None = None):
+    def __init__(self, nc: Client, settings: Settings, holder: str | None = None,
+                 partition: Partition | None = None, members: Members | None = None):  # fmt: skip
         self.nc = nc
         self.js = nc.jetstream()
         self.settings = settings
-        self.partition = settings.partition
+        self.scope = partition or Partition.single(settings.partition)
+        self.partition = self.scope.name
         self.lease = Lease(self.js, self.partition, settings.lease_ttl_s, holder)
+        self.members = members  # the processes sharing partitions per job queue (members.py)
+        self._handing_over = False
         self.recovered: Recovered | None = None
         self.leading = asyncio.Event()
         self.commands_decided = 0
@@ -86,16 +90,17 @@ class Scheduler:
 
     async def run(self, stop: asyncio.Event) -> None:
         await ensure_streams(self.js, self.settings)
+        await claim_mode(self.js, self.scope.mode)
         while not stop.is_set():
             # Follow the log before asking for the lease, and keep following it as a standby:
             # a fold of a long log must never run against the lease's expiry.
             try:
                 rebuilding, started = self._warm is None, time.perf_counter()
-                self._warm = await recover(self.js, self.partition, self._warm)
+                self._warm = await recover(self.js, self.scope, self._warm)
                 if rebuilding:
                     warm = self._warm
-                    log.info("state rebuilt", snapshot_seq=warm.snapshot_seq,
-                             facts_folded=warm.fact_seq - warm.snapshot_seq,
+                    log.info("state rebuilt", partition=self.partition, snapshot_seq=warm.snapshot_seq,
+                             facts_folded=warm.folded,
                              seconds=round(time.perf_counter() - started, 3))  # fmt: skip
             except Exception as error:  # the log unreadable for now: start over, later
                 log.error("could not follow the log", partition=self.partition,
@@ -103,9 +108,13 @@ class Scheduler:
                 self._warm = None
                 await _sleep_or(stop, self.settings.lease_ttl_s / 4)
                 continue
-            if await self.lease.acquire():
+            if self.members is not None and not self.members.may_take(self.partition):
+                await _sleep_or(stop, self.settings.lease_ttl_s / 4)  # just handed it over
+            elif await self.lease.acquire():
                 self.term = self.lease.revision
                 log.info("leading", partition=self.partition, holder=self.lease.holder)
+                if self.members is not None:
+                    self.members.leading.add(self.partition)
                 try:
                     await self._lead(stop)
                 except SteppedDown as reason:
@@ -116,6 +125,8 @@ class Scheduler:
                 finally:
                     self.leading.clear()
                     self._warm = None  # a term's state may run ahead of the log: start over
+                    if self.members is not None:
+                        self.members.leading.discard(self.partition)
                 await self.lease.release()
                 if not stop.is_set():
                     await _sleep_or(stop, self.settings.lease_ttl_s / 4)
@@ -123,12 +134,12 @@ class Scheduler:
                 await _sleep_or(stop, self.settings.lease_ttl_s / 4)
 
     async def _lead(self, stop: asyncio.Event) -> None:
-        followed = self._warm.fact_seq if self._warm is not None else 0
-        recovered = self.recovered = await recover(self.js, self.partition, self._warm)
+        followed = self._warm.folded if self._warm is not None else 0
+        recovered = self.recovered = await recover(self.js, self.scope, self._warm)
         self._warm = None
         self._durable_through = recovered.decided_through
-        log.info("recovered", fact_seq=recovered.fact_seq, log_end=recovered.log_end,
-                 decided_through=recovered.decided_through, tail_folded=recovered.fact_seq - followed,
+        log.info("recovered", partition=self.partition, fact_seq=recovered.fact_seq, log_end=recovered.log_end,
+                 decided_through=recovered.decided_through, tail_folded=recovered.folded - followed,
                  partial_command=recovered.partial[0] if recovered.partial else None)  # fmt: skip
         inbox: asyncio.Queue = asyncio.Queue()
 
@@ -138,7 +149,7 @@ class Scheduler:
         # A fresh consumer each term, starting at the last command the log records (only its
         # clock is taken again): commands a previous leader received but never recorded are
         # delivered again, in order, and nothing is acked on their behalf.
-        durable = f"scheduler-{self.partition}"
+        durable = self.scope.durable
         try:
             await self.js.delete_consumer(COMMANDS_STREAM, durable)
         except NotFoundError:
@@ -147,20 +158,28 @@ class Scheduler:
             durable_name=durable, deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
             opt_start_seq=max(recovered.decided_through, 1), ack_policy=AckPolicy.ALL,
             ack_wait=30.0, max_ack_pending=self.settings.max_ack_pending,
-            filter_subject=f"{COMMANDS_PREFIX}.>",
+            filter_subjects=self.scope.command_filters,
         )  # fmt: skip
         sub = await self.js.subscribe(
-            f"{COMMANDS_PREFIX}.>", cb=deliver, durable=durable, config=consumer,
+            self.scope.command_filters[0], cb=deliver, durable=durable, config=consumer,
             stream=COMMANDS_STREAM, manual_ack=True, flow_control=True, idle_heartbeat=5.0,
             pending_msgs_limit=self.settings.max_ack_pending * 2,
         )  # fmt: skip
-        appender = await FactAppender(self.nc, ALL_FACTS, recovered.log_end).start()
-        api = await self.nc.subscribe(f"{API_PREFIX}.>", queue="qm-api", cb=self._on_request)
+        appender = await FactAppender(self.nc, self.scope.fact_filter, recovered.log_end,
+                                      shared=self.scope.token is not None).start()  # fmt: skip
+        api = await self.nc.subscribe(api_subject(self.scope), queue="qm-api", cb=self._on_request)
         self.leading.set()
         tasks = [asyncio.create_task(self._renew(stop)), asyncio.create_task(self._tick(stop))]
         inflight: InFlight | None = None
+        self._handing_over = False
         try:
             while not stop.is_set():
+                if self._handing_over:  # to another process: land what is in flight, then go
+                    if inflight is not None:
+                        await self._land(inflight)
+                    log.info("handing over", partition=self.partition,
+                             decided_through=self.recovered.decided_through)  # fmt: skip
+                    return
                 batch = await self._next_batch(inbox, stop, tasks, idle=inflight is None)
                 if batch is None:  # nothing new: make what is in flight durable first
                     if inflight is not None:
@@ -226,21 +245,28 @@ class Scheduler:
         state = recovered.state
         out: list[tuple[str, bytes, dict[str, str]]] = []
         decided = recovered.decided_through
+        scope = self.scope
         for msg in batch:
             seq, stamp = sequence_and_time(msg)
-            if seq <= recovered.decided_through:
+            if seq <= recovered.commands_through:
                 if seq == recovered.decided_through:
                     catch_up_clock(state, msg.data, stamp)  # the clock it left, not just its facts
-                continue  # recorded before a restart
+                continue  # in the state already (recorded, or decided without a fact of ours)
             facts = decide_message(state, msg.subject, msg.data, seq, stamp)
+            recovered.commands_through = seq
+            route = parse_command_subject(msg.subject)[:2]
+            subjects = [fact_subject_of(state, fact, route) for fact in facts]
+            if scope.token is not None:  # one partition among several: only our own part
+                mine = [(f, s) for f, s in zip(facts, subjects) if scope.owns(s)]
+                facts, subjects = [f for f, _ in mine], [s for _, s in mine]
             encoded = [encode_bytes(fact) for fact in facts]
             skip = self._already_logged(seq, encoded)
             count = str(len(facts))  # lets readers know when they have all of a command
-            for index, (fact, payload) in enumerate(zip(facts, encoded)):
+            for index, (subject, payload) in enumerate(zip(subjects, encoded)):
                 if index < skip:
                     continue
                 headers = {"Nats-Msg-Id": f"{self.partition}:{seq}:{index}", "Qm-Facts": count}
-                out.append((self._subject(fact), payload, headers))
+                out.append((subject, payload, headers))
             if facts:
                 decided = seq
                 recovered.decided_through = seq
@@ -305,15 +331,6 @@ class Scheduler:
         """Is the in-memory state exactly the log (nothing decided but not yet landed)?"""
         return self._durable_through == self.recovered.decided_through
 
-    def _subject(self, fact: Fact) -> str:
-        queue = getattr(fact, "job_queue", None)
-        share = getattr(fact, "quota_share_name", None)
-        if queue is None and getattr(fact, "job_id", None):
-            job = self.recovered.state.jobs.get(fact.job_id)
-            if job is not None:
-                queue, share = job.queue, job.share
-        return fact_subject(fact.kind, queue, share)
-
     # -- helpers of a term -------------------------------------------------------------------
 
     async def _renew(self, stop: asyncio.Event) -> None:
@@ -323,11 +340,17 @@ class Scheduler:
                 return
             if not await self.lease.renew():
                 raise SteppedDown("lease lost to another instance")
+            if self.members is not None and self.members.should_hand_over(self.partition):
+                self._handing_over = True
+                return
 
     async def _tick(self, stop: asyncio.Event) -> None:
         """Time is data: ticks go through the command stream, so timers replay too."""
         interval = self.settings.tick_interval_s
-        subject = command_subject("Tick")
+        subject = self.scope.tick_subject
+        if subject is None:  # the fleet partition: no timers
+            await stop.wait()
+            return
         while not stop.is_set():
             await _sleep_or(stop, interval)
             if stop.is_set():
@@ -341,27 +364,70 @@ class Scheduler:
 
     async def _on_request(self, msg) -> None:
         """Read answers from the decided state (it may be one batch ahead of the log)."""
-        verb = msg.subject[len(API_PREFIX) + 1:]
+        tokens = msg.subject.split(".")  # qm.api.<verb> or qm.api.<queue or ~>.<verb>
+        verb, queue = tokens[-1], (tokens[2] if len(tokens) == 4 else ANY)
         try:
             request = json.loads(msg.data or b"{}")
             if self.recovered is None:
                 raise RuntimeError("the scheduler is still recovering; try again")
-            response = answer(self.recovered.state, verb, request)
+            response = answer_in(self.scope, self.recovered.state, verb, request,
+                                 None if queue == ANY else queue)  # fmt: skip
         except Exception as error:  # a bad request gets an error, never a crash
             response = {"error": {"type": "ClientException", "message": str(error)}}
         if msg.reply:
             await msg.respond(json.dumps(response).encode())
 
 
-def sequence_and_time(msg) -> tuple[int, float]:
-    """Stream sequence and timestamp (seconds) of a command, from the v1 ack subject
-    `$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts ns>.<pending>` when it has
-    that form (parsing it is 4x cheaper than `msg.metadata`)."""
-    tokens = msg.reply.split(".") if msg.reply else []
-    if len(tokens) == 9 and tokens[0] == "$JS":
-        return int(tokens[5]), int(tokens[7]) / 1e9
-    metadata = msg.metadata
-    return metadata.sequence.stream, metadata.timestamp.timestamp()
+def api_subject(scope: Partition) -> str:
+    """`qm.api.<verb>` and `qm.api.<queue or ~>.<verb>` for one partition: all of them, the
+    fleet's `~`, or one queue's."""
+    return f"{API_PREFIX}.>" if scope.token is None else f"{API_PREFIX}.{scope.token}.>"
+
+
+async def claim_mode(js, mode: str) -> None:
+    """Refuse to run beside schedulers partitioned the other way, or on a log begun the other
+    way.  A single partition and the per-queue ones would both decide the same commands and
+    fence each other out forever; and a log keeps the layout it began with (a single
+    partition records a fleet-wide command's facts as one group, which a queue's partition
+    could not fold), so switching takes fresh streams."""
+    wanted = "one partition for all job queues" if mode == SINGLE else "a partition per job queue"
+    writer = await _first_writer(js)
+    if writer is not None and partition_mode(writer) != mode:
+        raise ModeConflict(
+            f"this scheduler runs {wanted}, but the fact log {FACTS_STREAM} was begun by "
+            f"schedulers partitioned the other way (its first fact was written by partition "
+            f"{writer}); a log keeps the partitioning it began with"
+        )
+    try:
+        consumers = await js.consumers_info(COMMANDS_STREAM)
+    except NotFoundError:
+        return
+    names = [c.name for c in consumers if (c.name or "").startswith("scheduler-")]
+    per_queue = [n for n in names if partition_mode(n.removeprefix("scheduler-")) != SINGLE]
+    other = per_queue if mode == SINGLE else [n for n in names if n not in per_queue]
+    if other:
+        raise ModeConflict(
+            f"this scheduler runs {wanted}, but the command stream has consumers of schedulers "
+            f"partitioned the other way ({', '.join(sorted(other))}); stop those schedulers "
+            f"and delete their consumers (nats consumer rm {COMMANDS_STREAM} NAME) first"
+        )
+
+
+async def _first_writer(js) -> str | None:
+    """The partition that wrote the fact log's first message (from its `Nats-Msg-Id`)."""
+    try:
+        info = await js.stream_info(FACTS_STREAM)
+        if not info.state.messages:
+            return None
+        first = await js.get_msg(FACTS_STREAM, info.state.first_seq)
+    except NotFoundError:
+        return None
+    message_id = (first.headers or {}).get("Nats-Msg-Id") or ""
+    return message_id.split(":", 1)[0] if message_id.count(":") == 2 else None
+
+
+class ModeConflict(RuntimeError):
+    pass
 
 
 async def _sleep_or(stop: asyncio.Event, seconds: float) -> None:

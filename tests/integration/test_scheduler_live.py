@@ -25,6 +25,7 @@ from services.replay import replay_lines
 from services.scheduler.core import State, evolve
 from services.scheduler.core.views import canonical_state
 from services.scheduler.log import load_snapshot, recover
+from services.scheduler.partition import Partition
 from services.settings import Settings
 from tests.integration.helpers import (
     NO_TICKS,
@@ -149,7 +150,7 @@ async def test_snapshot_then_restart_recovers_the_same_state(nats_server, spawn)
         assert 100 <= snapshot.fact_seq <= facts[-1]["_seq"]
         assert logged(scheduler, "snapshot written")
         # the snapshot plus the tail of the log is the fold of the whole log
-        from_snapshot = await recover(bus.js, "main")
+        from_snapshot = await recover(bus.js, Partition.single())
         assert from_snapshot.fact_seq == facts[-1]["_seq"]
         assert canonical_state(from_snapshot.state) == canonical_state(
             fold_all(decode_fact(json.dumps(comparable([f], drop=())[0])) for f in facts))

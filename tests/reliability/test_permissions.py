@@ -20,7 +20,8 @@ import pytest
 from nats.js.api import ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 
-from events.subjects import COMMANDS_STREAM, FACTS_STREAM, command_subject
+from events.codec import decode_command
+from events.subjects import COMMANDS_STREAM, FACTS_STREAM, command_subject, subject_for_command
 from services.auth import connect_options, read_credentials
 from services.bus import Unreachable, connect
 from services.embedded import EmbeddedServer
@@ -120,12 +121,7 @@ async def test_each_role_can_do_only_its_job(secured, spawn, tmp_path):
     async with Client(creds["admin"]) as admin:
         lines = [line for line in NOTEBOOK.read_text().splitlines() if line.strip()][:6]
         for line in lines:  # the environment, policy, queue q and shares qs1-qs3
-            kind = json.loads(line)["kind"]
-            command = json.loads(line)
-            share = command.get("quotaShareName") if kind == "CreateQuotaShare" else None
-            subject = command_subject(kind, command.get("jobQueue") or command.get("jobQueueName")
-                                      if kind in ("CreateJobQueue", "CreateQuotaShare") else None,
-                                      share)  # fmt: skip
+            subject = subject_for_command(decode_command(line))
             ack = await admin.js.publish(subject, line.encode(), stream=COMMANDS_STREAM)
         await wait_decided(admin.js, ack.seq, processes=[scheduler])
         # the executor and projector services run with their own credentials
@@ -158,11 +154,16 @@ async def test_each_role_can_do_only_its_job(secured, spawn, tmp_path):
             ]  # fmt: skip
             for subject, payload in refused:
                 await pipeline.refused_publish(subject, payload)
-            # nor ask the scheduler about every queue, nor read another share's facts
-            with pytest.raises(Exception):
-                await pipeline.nc.request("qm.api.list-service-jobs", b'{"jobQueue": "q"}',
-                                          timeout=1.0)  # fmt: skip
-            await pipeline.violation("qm.api.list-service-jobs")
+            # it may ask about its own job queue, on that queue's subject ...
+            listed = json.loads((await pipeline.nc.request(
+                "qm.api.q.list-service-jobs", b'{"jobStatus": "ALL"}', timeout=5.0)).data)
+            assert [job["jobId"] for job in listed["jobSummaryList"]] == ["mine"]
+            # ... but not ask about every queue, or another queue, nor read another share's facts
+            for subject in ("qm.api.list-service-jobs", "qm.api.~.describe-service-job",
+                            "qm.api.other.list-service-jobs"):  # fmt: skip
+                with pytest.raises(Exception):
+                    await pipeline.nc.request(subject, b'{"jobQueue": "q"}', timeout=1.0)
+                await pipeline.violation(subject)
 
             # its own facts, through a consumer filtered on its share: allowed, and complete
             own = await read_own_facts(pipeline.js, "pipeline-qs1", "qm.fact.q.qs1.*")
