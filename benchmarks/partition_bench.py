@@ -286,33 +286,17 @@ async def watch_ack_floors(js, subjects: list[str], consumers: dict[str, Partiti
 # -- correctness: each queue partition's facts against the core --------------------------------
 
 
-async def recorded_commands(js) -> list[tuple[int, str, bytes, float]]:
-    from services.scheduler.log import read_messages, sequence_and_time
-
-    out = []
-    async for msg in read_messages(js, "qm.cmd.>", 1, stream=COMMANDS_STREAM):
-        seq, stamp = sequence_and_time(msg)
-        out.append((seq, msg.subject, msg.data, stamp))
-    return out
-
-
 def core_fact_count(scope: Partition, commands) -> int:
-    """How many facts the core gives partition `scope` over its commands (partition_run)."""
-    from services.scheduler.core import State
-    from services.scheduler.routing import decide_message, fact_subject_of
+    """How many facts the core gives partition `scope` over its commands."""
+    from services.scheduler.routing import decide_partition
 
-    state, count = State(), 0
-    for seq, subject, data, stamp in commands:
-        if not scope.hears(subject):
-            continue
-        route = parse_command_subject(subject)[:2]
-        for fact in decide_message(state, subject, data, seq, stamp):
-            count += scope.owns(fact_subject_of(state, fact, route))
-    return count
+    return len(decide_partition(scope, commands))
 
 
 async def verify_queue_facts(js, queues: list[str]) -> str:
-    commands = await recorded_commands(js)
+    from services.scheduler.log import read_commands
+
+    commands = await read_commands(js)
     lines = []
     for queue in queues:
         scope = Partition.for_queue(queue)
