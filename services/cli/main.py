@@ -226,8 +226,9 @@ def scheduler(
     job_queue: Annotated[Optional[list[str]], typer.Option(
         "--job-queue", envvar="QUOTASCHED_JOB_QUEUES",
         help="Run one scheduling partition per job queue: lead (or stand by for) each queue "
-             "named, plus the fleet-wide configuration. Repeat it; give every process the "
-             "queues it may lead. Without it, one partition decides for every queue.",
+             "named, plus the fleet-wide configuration. Repeat it, or give '*' for every job "
+             "queue, as the queues are created. Without it, one partition decides for every "
+             "queue.",
         show_default=False)] = None,
     metrics_port: MetricsPort = None,
 ) -> None:
@@ -247,30 +248,16 @@ def scheduler(
                       executor="none", scheduler=False)  # fmt: skip
         async with stack:
             from services.bus import connect
-            from services.scheduler.service import Scheduler
 
             nc = await connect(nats_url, "quotasched-scheduler")
             stop_on_signals(stack.stop)
-            scopes = partitions_for(queues, partition)
-            members = None
-            if queues:  # partitions per job queue: spread their leases over the processes
-                from services.scheduler.members import Members
-
-                members = Members([scope.name for scope in scopes], stack.settings.lease_ttl_s)
-            instances = [Scheduler(nc, stack.settings, partition=scope, members=members)
-                         for scope in scopes]  # fmt: skip
-            for instance in instances:
-                await stack.expose(instance, labelled=len(instances) > 1)
-            runs = [instance.run(stack.stop) for instance in instances]
-            if members is not None:
-                runs.append(members.run(nc.jetstream(), stack.stop))
-            await asyncio.gather(*runs)
+            await run_partitions(nc, stack.settings, queues, stack.expose, stack.stop)
             await nc.close()
 
-    from services.scheduler.partition import partitions_for
+    from services.scheduler.process import EVERY_QUEUE, run_partitions
 
     queues = [name for value in job_queue or [] for name in value.replace(",", " ").split()]
-    bad = [name for name in queues if not re.match(NAME_PATTERN, name)]
+    bad = [name for name in queues if name != EVERY_QUEUE and not re.match(NAME_PATTERN, name)]
     if bad:
         typer.echo(f"quotasched scheduler: job queue name {bad[0]!r} {NAME_RULE}", err=True)
         raise typer.Exit(2)

@@ -93,13 +93,6 @@ class Partition:
         return fact_subject.split(".", 3)[2] == self.token
 
 
-def partitions_for(job_queues: list[str], single_name: str = "main") -> list[Partition]:
-    """The partitions one scheduler process runs: every queue named, plus the fleet."""
-    if not job_queues:
-        return [Partition.single(single_name)]
-    return [Partition.fleet(), *(Partition.for_queue(q) for q in dict.fromkeys(job_queues))]
-
-
 def partition_mode(name: str) -> str:
     """The mode of the partition named `name` (as in message ids and consumer names)."""
     return PER_QUEUE if name == "fleet" or name.startswith("queue-") else SINGLE

@@ -331,6 +331,12 @@ class Scheduler:
         """Is the in-memory state exactly the log (nothing decided but not yet landed)?"""
         return self._durable_through == self.recovered.decided_through
 
+    def known_queues(self) -> set[str]:
+        """The job queues this instance's state holds: the state it leads with, or the one it
+        follows the log with as a standby."""
+        followed = self.recovered if self.leading.is_set() else self._warm
+        return set(followed.state.queues) if followed is not None else set()
+
     # -- helpers of a term -------------------------------------------------------------------
 
     async def _renew(self, stop: asyncio.Event) -> None:

@@ -79,10 +79,10 @@ def partition_run(scope: Partition, commands) -> list[dict]:
             for fact in decide_partition(scope, commands)]  # fmt: skip
 
 
-async def assert_each_partition_matches_the_core(js) -> dict[str, list[dict]]:
+async def assert_each_partition_matches_the_core(js, queues=QUEUES) -> dict[str, list[dict]]:
     commands = await read_commands(js)
     logs = {}
-    for scope in (Partition.fleet(), *(Partition.for_queue(q) for q in QUEUES)):
+    for scope in (Partition.fleet(), *(Partition.for_queue(q) for q in queues)):
         recorded = await read_facts(js, scope.fact_filter)
         # each command's facts together, in command order, none twice (other partitions'
         # facts interleave in the stream, so the partition's own sequences have gaps)
@@ -275,6 +275,42 @@ async def test_partitions_spread_over_the_processes_that_run_them(spawn, nats_se
 
 async def _equals(value, expected) -> bool:
     return await value == expected
+
+
+async def test_every_queue_gets_a_partition_as_it_is_created(spawn, nats_server):
+    """`--job-queue '*'`: partitions start for the queues the fleet configuration holds, also
+    for a queue created while the process runs; a command published before its queue existed
+    is refused in stream order, as a single partition would."""
+    items = interleaved(150)
+    processes = [spawn("scheduler", "--job-queue", "*", **NO_TICKS)]
+    await eventually(lambda: _logged_async(processes[0], "leading"), 25, what="the fleet led")
+    async with Bus(nats_server.url) as bus:
+        early = await bus.publish(submit_to("qc", "early"))  # before queue qc exists
+        seqs = await publish_items(bus, items)
+        await wait_all_decided(bus.js, items, seqs)
+        processes.append(spawn("scheduler", "--job-queue", "*", **NO_TICKS))  # a standby
+        later = workload("qc", 13, 40)
+        seqs = await publish_items(bus, later)
+        await eventually(lambda: _decided(bus.js, "qc", seqs[-1]), 30, what="queue qc decided")
+        await wait_quiet(bus.js, 0.5)
+        logs = await assert_each_partition_matches_the_core(bus.js, ("qa", "qb", "qc"))
+        refused = [f for f in logs["queue-qc"] if f["commandSeq"] == early]
+        assert [(f["kind"], f["statusReason"]) for f in refused] == [
+            ("CommandRejected", "Job queue qc does not exist")]
+        discovered = {e["job_queue"] for p in processes for e in logged(p, "job queue discovered")}
+        assert discovered == {"qa", "qb", "qc"}
+        assert_alive(*processes)
+
+
+def submit_to(queue: str, job_id: str) -> dict:
+    return {"at": 0, "kind": "SubmitServiceJob", "jobQueue": queue, "quotaShareName": "alpha",
+            "jobName": job_id, "jobId": job_id,
+            "capacityUsage": [{"capacityUnit": G5, "quantity": 1}]}  # fmt: skip
+
+
+async def _decided(js, queue: str, seq: int) -> bool:
+    facts = await read_facts(js, f"qm.fact.{queue}.>")
+    return bool(facts) and facts[-1]["commandSeq"] >= seq
 
 
 async def _logged_async(process, event: str):

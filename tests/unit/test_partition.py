@@ -12,7 +12,7 @@ from events.subjects import parse_command_subject, subject_for_command
 from services.client import _merge, _queue_of
 from services.scheduler.api import answer_in
 from services.scheduler.core import State
-from services.scheduler.partition import Partition, partitions_for
+from services.scheduler.partition import Partition, partition_mode
 from services.scheduler.routing import decide_message, fact_subject_of
 
 G5 = "ml.g5.xlarge"
@@ -65,8 +65,7 @@ def test_filters_fences_and_names():
     assert QA.command_filters == ["qm.cmd.qa.>", "qm.cmd.~.>"] and QA.fact_filter == "qm.fact.qa.>"
     assert (QA.durable, QA.tick_subject, FLEET.tick_subject) == (
         "scheduler-queue-qa", "qm.cmd.qa.~.Tick", None)
-    assert [p.name for p in partitions_for(["qa", "qb", "qa"])] == ["fleet", "queue-qa", "queue-qb"]
-    assert partitions_for([]) == [SINGLE]
+    assert [partition_mode(p.name) for p in (SINGLE, FLEET, QA)] == ["single", "per-queue", "per-queue"]
     assert QA.hears("qm.cmd.qa.s.SubmitServiceJob") and QA.hears("qm.cmd.~.~.Tick")
     assert not QA.hears("qm.cmd.qb.s.SubmitServiceJob") and not FLEET.hears("qm.cmd.qa.~.Tick")
     assert QA.owns("qm.fact.qa.s.JobDispatched") and not QA.owns("qm.fact.~.~.JobQueueCreated")
