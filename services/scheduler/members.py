@@ -46,6 +46,7 @@ class Members:
     others: dict[str, Member] = field(default_factory=dict)
     _handed_over_at: float = float("-inf")
     _released: dict[str, float] = field(default_factory=dict)  # partition -> until when
+    _revisions: dict[str, tuple[int, float]] = field(default_factory=dict)  # process -> (revision, since)
 
     async def run(self, js: JetStreamContext, stop) -> None:
         """Refresh every quarter of the lease TTL until `stop` (an asyncio.Event) is set."""
@@ -65,7 +66,7 @@ class Members:
             kv = await js.key_value(LEASES_BUCKET)
             document = {"partitions": self.partitions, "leading": sorted(self.leading)}
             await kv.put(PREFIX + self.process, json.dumps(document).encode())
-            others = {}
+            others, now = {}, time.monotonic()
             for key in await kv.keys():
                 if not key.startswith(PREFIX) or key == PREFIX + self.process:
                     continue
@@ -73,9 +74,16 @@ class Members:
                     entry = await kv.get(key)
                 except NotFoundError:  # expired meanwhile
                     continue
-                if entry.value:
+                process = key[len(PREFIX):]
+                # A process that stopped refreshing its entry is dead, or cut off: its entry
+                # lingers until the bucket's TTL removes it; never hand a partition to it.
+                revision, since = self._revisions.get(process, (None, now))
+                if entry.revision != revision:
+                    revision, since = entry.revision, now
+                self._revisions[process] = (revision, since)
+                if entry.value and now - since < 0.6 * self.ttl_s:
                     value = json.loads(entry.value)
-                    others[key[len(PREFIX):]] = Member(value["partitions"], value["leading"])
+                    others[process] = Member(value["partitions"], value["leading"])
             self.others = others
         except (APIError, NotFoundError, ValueError, KeyError, nats.errors.Error, *UNANSWERED):
             pass

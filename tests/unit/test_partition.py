@@ -148,3 +148,20 @@ def test_the_client_merges_the_answers_of_several_queues():
     merged = _merge("describe-job-queues", [{"jobQueues": [{"n": 1}]}, {"jobQueues": [{"n": 2}]}])
     assert merged == {"jobQueues": [{"n": 1}, {"n": 2}]}
     assert "error" in _merge("describe-job-queues", [])
+
+
+def test_a_process_hands_over_only_to_even_out_by_two_and_not_too_often():
+    from services.scheduler.members import Member, Members
+
+    members = Members(["fleet", "queue-qa", "queue-qb"], ttl_s=6.0)
+    members.leading = {"fleet", "queue-qa", "queue-qb"}
+    members.others = {"b": Member(["fleet", "queue-qa"], [])}
+    assert not members.should_hand_over("queue-qb", now=100.0)  # b cannot lead qb
+    assert members.should_hand_over("queue-qa", now=100.0)  # 3 against 0: hand qa to b
+    assert not members.may_take("queue-qa", now=105.0) and members.may_take("queue-qa", now=113.0)
+    members.leading.discard("queue-qa")
+    members.others["b"].leading = ["queue-qa"]
+    assert not members.should_hand_over("fleet", now=120.0)  # 2 against 1: even enough
+    members.others["b"].leading = []
+    assert not members.should_hand_over("fleet", now=105.0)  # one hand-over per two TTLs
+    assert members.should_hand_over("fleet", now=113.0)
