@@ -33,6 +33,8 @@ from events.subjects import ANY, API_PREFIX, COMMANDS_STREAM, FACTS_STREAM, subj
 from services.bus import connect
 
 DEFAULT_URL = "nats://127.0.0.1:4222"
+RESPONDER_WAIT_S = 8.0  # a lease TTL (6 s) and then some: how long a read waits for a leader
+HANDOVER_WAIT_S = 2.5  # a partition handed over is taken within a quarter TTL and a recovery
 
 
 class ClientError(Exception):
@@ -80,14 +82,24 @@ class Bus:
 
     async def _ask(self, queue: str, verb: str, params: dict, timeout: float,
                    missing_ok: bool = False) -> dict[str, Any] | None:  # fmt: skip
-        try:
-            reply = await self.nc.request(f"{API_PREFIX}.{queue}.{verb}",
-                                          json.dumps(params).encode(), timeout=timeout)  # fmt: skip
-        except NoRespondersError:
-            if missing_ok:  # a queue whose partition no scheduler runs: it has nothing to say
-                return None
-            raise
-        return json.loads(reply.data)
+        """One request; while nobody answers (a leader changing hands: a failover, or a
+        partition handed over to another process), asked again for up to RESPONDER_WAIT_S,
+        or HANDOVER_WAIT_S for one queue of a fan-out (`missing_ok`: a queue that no
+        scheduler serves has nothing to say, and gives None)."""
+        loop = asyncio.get_running_loop()
+        wait = HANDOVER_WAIT_S if missing_ok else RESPONDER_WAIT_S
+        deadline = loop.time() + min(timeout, wait)
+        while True:
+            try:
+                reply = await self.nc.request(f"{API_PREFIX}.{queue}.{verb}",
+                                              json.dumps(params).encode(), timeout=timeout)  # fmt: skip
+                return json.loads(reply.data)
+            except NoRespondersError:
+                if loop.time() >= deadline:
+                    if missing_ok:
+                        return None
+                    raise
+                await asyncio.sleep(0.2)
 
     async def route(self, job_id: str) -> tuple[str, str]:
         job = await self.request("describe-service-job", jobId=job_id)
