@@ -156,16 +156,20 @@ async def test_each_queue_is_decided_by_its_own_partition(spawn, nats_server):
         assert_alive(first, second)
 
         # metrics: one endpoint per process, every partition's series labelled with it
-        samples = {}
-        for process in (first, second):
-            scraped = await scrape(await endpoint_of(process))
-            for name in ("fleet", "queue-qa", "queue-qb"):  # leader or standby, each reports
-                assert key("quotasched_scheduler_leader", partition=name) in scraped
-            samples.update({(metric, labels, process.args[0] + str(id(process))): value
-                            for (metric, labels), value in scraped.items()})  # fmt: skip
-        leading = sorted(dict(labels)["partition"] for (metric, labels, _), value in samples.items()
-                         if metric == "quotasched_scheduler_leader" and value == 1)  # fmt: skip
-        assert leading == ["fleet", "queue-qa", "queue-qb"]  # each led by exactly one process
+        async def scraped_both():
+            samples = {}
+            for index, process in enumerate((first, second)):
+                scraped = await scrape(await endpoint_of(process))
+                for name in ("fleet", "queue-qa", "queue-qb"):  # leader or standby, each reports
+                    assert key("quotasched_scheduler_leader", partition=name) in scraped
+                samples.update({(metric, labels, index): value
+                                for (metric, labels), value in scraped.items()})  # fmt: skip
+            leading = sorted(dict(labels)["partition"] for (metric, labels, _), value
+                             in samples.items() if metric == "quotasched_scheduler_leader" and value == 1)
+            # each led by exactly one process (not caught in the middle of a hand-over)
+            return samples if leading == ["fleet", "queue-qa", "queue-qb"] else None
+
+        samples = await eventually(scraped_both, 20, what="every partition led once, in metrics")
         for queue in QUEUES:  # each queue's capacity reported once, by its own partition
             capacities = [labels for (metric, labels, _), _ in samples.items()
                           if metric == "quotasched_queue_capacity" and ("job_queue", queue) in labels]
