@@ -793,6 +793,7 @@ def partitions_on_bus(url: str) -> list[Partition | None]:
 
     from events.subjects import FACTS_STREAM
     from services.auth import connect_options
+    from services.scheduler.log import first_writer
 
     async def look() -> list[Partition | None]:
         nc = await nats.connect(url, name="quotasched-audit", connect_timeout=3,
@@ -805,12 +806,8 @@ def partitions_on_bus(url: str) -> list[Partition | None]:
                 return [None]
             subjects = (info.state.subjects or {}) if info.state.messages else {}
             queues = sorted({subject.split(".")[2] for subject in subjects} - {"~"})
-            try:  # the log's first fact: written by a scheduler when the log began
-                first = await js.get_msg(FACTS_STREAM, info.state.first_seq)
-            except Exception:
-                return [None]
-            writer = ((first.headers or {}).get("Nats-Msg-Id") or "").split(":", 1)[0]
-            if partition_mode(writer) != PER_QUEUE:
+            writer = await first_writer(js)  # the mode guard's own reading of the log
+            if writer is None or partition_mode(writer) != PER_QUEUE:
                 return [None]
             return [Partition.fleet(), *(Partition.for_queue(q) for q in queues)]
         finally:

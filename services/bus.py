@@ -223,14 +223,22 @@ class FactAppender:
         round trip each, cheaper than the fsync of an atomic commit for a batch this small."""
         future = self._previous
         for message in messages:
-            if future is not None:
-                try:
-                    self.next_expected = await asyncio.wait_for(asyncio.shield(future), timeout)
-                except (AppendRefused, asyncio.TimeoutError, TimeoutError, asyncio.CancelledError):
-                    return [future]
+            if not await self._landed(future, timeout):
+                return [future]
             [future] = await self._pipelined([message])
         self._previous = future
         return [future]
+
+    async def _landed(self, future: asyncio.Future | None, timeout: float) -> bool:
+        """Wait for the previous append; its sequence is where the next one is fenced.  False
+        if it failed: its future then speaks for what follows, and nothing more is sent."""
+        if future is None:
+            return True
+        try:
+            self.next_expected = await asyncio.wait_for(asyncio.shield(future), timeout)
+        except (AppendRefused, asyncio.TimeoutError, TimeoutError, asyncio.CancelledError):
+            return False
+        return True
 
     async def _atomic(self, messages: list[tuple[str, bytes, dict[str, str]]],
                       timeout: float = 5.0) -> list[asyncio.Future]:  # fmt: skip
@@ -241,11 +249,8 @@ class FactAppender:
         loop = asyncio.get_running_loop()
         future = self._previous
         for start in range(0, len(messages), ATOMIC_BATCH_LIMIT):
-            if future is not None:
-                try:
-                    self.next_expected = await asyncio.wait_for(asyncio.shield(future), timeout)
-                except (AppendRefused, asyncio.TimeoutError, TimeoutError, asyncio.CancelledError):
-                    return [future]
+            if not await self._landed(future, timeout):
+                return [future]
             chunk = messages[start:start + ATOMIC_BATCH_LIMIT]
             self._token += 1
             batch_id = f"{self._inbox.rsplit('.', 1)[-1]}-{self._token}"

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy, ObjectMeta, ObjectMetaOptions
-from nats.js.errors import ObjectNotFoundError
+from nats.js.errors import NotFoundError, ObjectNotFoundError
 
 from events.codec import decode_fact, encode_bytes
 from events.subjects import ANY, COMMANDS_PREFIX, COMMANDS_STREAM, FACTS_STREAM, SNAPSHOTS_BUCKET
@@ -92,6 +92,20 @@ async def read_commands(js: JetStreamContext, start_seq: int = 1) -> list[tuple[
         seq, stamp = sequence_and_time(msg)
         out.append((seq, msg.subject, msg.data, stamp))
     return out
+
+
+async def first_writer(js: JetStreamContext) -> str | None:
+    """The partition that wrote the fact log's first message (from its `Nats-Msg-Id`,
+    `<partition>:<command seq>:<index>`); None for an empty log or a message without one."""
+    try:
+        info = await js.stream_info(FACTS_STREAM)
+        if not info.state.messages:
+            return None
+        first = await js.get_msg(FACTS_STREAM, info.state.first_seq)
+    except NotFoundError:
+        return None
+    message_id = (first.headers or {}).get("Nats-Msg-Id") or ""
+    return message_id.split(":", 1)[0] if message_id.count(":") == 2 else None
 
 
 @dataclass

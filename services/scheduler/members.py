@@ -14,6 +14,7 @@ load.  Liveness comes first: a free lease is always taken, whatever the counts.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import uuid
@@ -50,8 +51,6 @@ class Members:
 
     async def run(self, js: JetStreamContext, stop) -> None:
         """Refresh every quarter of the lease TTL until `stop` (an asyncio.Event) is set."""
-        import asyncio
-
         while not stop.is_set():
             await self.refresh(js)
             try:

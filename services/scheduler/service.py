@@ -38,6 +38,7 @@ from services.scheduler.log import (
     Recovered,
     capture_snapshot,
     recover,
+    first_writer,
     save_snapshot,
     sequence_and_time,
 )
@@ -397,7 +398,7 @@ async def claim_mode(js, mode: str) -> None:
     partition records a fleet-wide command's facts as one group, which a queue's partition
     could not fold), so switching takes fresh streams."""
     wanted = "one partition for all job queues" if mode == SINGLE else "a partition per job queue"
-    writer = await _first_writer(js)
+    writer = await first_writer(js)
     if writer is not None and partition_mode(writer) != mode:
         raise ModeConflict(
             f"this scheduler runs {wanted}, but the fact log {FACTS_STREAM} was begun by "
@@ -417,19 +418,6 @@ async def claim_mode(js, mode: str) -> None:
             f"partitioned the other way ({', '.join(sorted(other))}); stop those schedulers "
             f"and delete their consumers (nats consumer rm {COMMANDS_STREAM} NAME) first"
         )
-
-
-async def _first_writer(js) -> str | None:
-    """The partition that wrote the fact log's first message (from its `Nats-Msg-Id`)."""
-    try:
-        info = await js.stream_info(FACTS_STREAM)
-        if not info.state.messages:
-            return None
-        first = await js.get_msg(FACTS_STREAM, info.state.first_seq)
-    except NotFoundError:
-        return None
-    message_id = (first.headers or {}).get("Nats-Msg-Id") or ""
-    return message_id.split(":", 1)[0] if message_id.count(":") == 2 else None
 
 
 class ModeConflict(RuntimeError):
