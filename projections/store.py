@@ -17,7 +17,8 @@ is rolled back: nothing of it is written and the position does not move.
 
 Staging: rows go into a TEMP table through the DuckDB Appender (`executemany` is ~270x
 slower), used as a context manager so it is always flushed: an Appender collected without a
-flush silently drops its rows.  A facts file is staged by DuckDB's own NDJSON reader instead.
+flush silently drops its rows.  A facts file is read by DuckDB's own NDJSON reader instead
+(rows.file_lines).
 
 One process owns a DuckDB file: a second writer, or a reader while a writer holds it, fails
 on the file lock; `open` turns that into `ProjectionLocked`.
@@ -113,26 +114,24 @@ class ProjectionStore:
     def apply_file(self, path: str, on_step: Callable[[str], None] | None = None) -> int:
         """Project a JSON Lines fact file in one transaction (seq = position in the file,
         blank lines skipped); lines at or below the position are skipped, so running it
-        again after a crash resumes.  DuckDB reads the file itself, and the staged lines
-        then take the same path as `apply`.  `on_step(name)` is called before each step."""
+        again after a crash resumes.  DuckDB reads the file itself (rows.file_lines), and
+        its lines then take the same path as `apply`.  `on_step(name)` is called before each step."""
         if not os.path.exists(path):
             raise ProjectionError(f"no such fact file: {path}")
         position = self.position()
         step = on_step or (lambda name: None)
         step("reading file")
-        self.con.execute("DELETE FROM staged")
         try:
-            self.con.execute(f"INSERT INTO staged {rows.from_file(path)}", {"lo": position})
+            self.con.execute(rows.file_lines(path))
         except duckdb.Error as error:  # DuckDB names the line that is not JSON
-            self.con.execute("DELETE FROM staged")
             raise FactNotApplicable([], f"{path}: {error}") from None
         try:
-            last = self.con.execute("SELECT max(seq) FROM staged").fetchone()[0]
-            if last is None:
+            last = self.con.execute("SELECT count(*) FROM file_lines").fetchone()[0]
+            if last <= position:
                 return 0
-            applied = self._project(position, rows.FROM_STAGED, last, on_step)
+            applied = self._project(position, rows.FROM_FILE, last, on_step)
         finally:
-            self.con.execute("DELETE FROM staged")
+            self.con.execute("DROP TABLE IF EXISTS file_lines")
         step("checkpoint")
         self.con.execute("CHECKPOINT")
         return applied
