@@ -124,6 +124,8 @@ class CapacityUsage(Wire):
 
 
 def _unique_units(items: list, what: str) -> list:
+    if len(items) < 2:
+        return items
     units = [item.capacity_unit for item in items]
     duplicates = sorted({unit for unit in units if units.count(unit) > 1})
     if duplicates:
