@@ -1,0 +1,161 @@
+"""Job commands: submit, priority update, terminate, executor status reports, and Tick.
+
+Submissions are idempotent (`jobId` / `clientToken`); a derived job id is a UUID5 of the
+queue and the client token or acceptance order, so replays derive the same ids.  An
+executor's report moves a live attempt along its lifecycle; a report about another attempt,
+or one that cannot apply to the job's status, is recorded as JobReportIgnored and changes
+nothing.  Registered with `round.handles`; decision.py runs them.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from events import commands as C
+from events import facts as F
+from events.values import CapacityUsage, JobStatus, ReportedStatus, StatusCause
+from events.values import State as OnOff
+from services.scheduler.core.admission import CAPACITY_BOUNCED
+from services.scheduler.core.configure import existing_share
+from services.scheduler.core.round import Rejected, Round, fact_base, handles
+from services.scheduler.core.state import State
+from services.scheduler.core.timers import attempt_ended
+
+JOB_ID_NAMESPACE = uuid.UUID("6f1c2a4e-5b7d-4c1e-9a8f-3d2b1e0c9f7a")
+
+
+@handles(C.SubmitServiceJob)
+def _submit(round_: Round, command: C.SubmitServiceJob) -> None:
+    state = round_.state
+    queue, share, names = existing_share(
+        round_, command.job_queue, command.quota_share_name, command.job_id
+    )
+    existing = _same_submission(state, command)
+    if existing is not None:
+        round_.emit(F.SubmissionDeduplicated(
+            **fact_base(round_), job_id=existing, client_token=command.client_token
+        ))
+        return
+    names["job_id"] = command.job_id
+    if queue.state is OnOff.DISABLED:
+        raise Rejected(f"Job queue {queue.name} is DISABLED and accepts no new jobs", **names)
+    if share.state is OnOff.DISABLED:
+        raise Rejected(f"Quota share {share.name} is DISABLED and accepts no new jobs", **names)
+    job_id = command.job_id or _derived_job_id(state, command)
+    if job_id in state.jobs:
+        raise Rejected(f"Job id {job_id} is already used by another job", **names)
+    usage = command.capacity_usage
+    if usage is None:
+        usage = [CapacityUsage(capacity_unit=u, quantity=n) for u, n in command.need()]
+    round_.emit(F.JobSubmitted(
+        at=round_.at, command_seq=round_.seq, job_id=job_id, job_name=command.job_name,
+        job_queue=queue.name, quota_share_name=share.name,
+        scheduling_priority=command.scheduling_priority, capacity_usage=usage,
+        preemption_configuration=command.preemption_configuration,
+        retry_strategy=command.retry_strategy, timeout_config=command.timeout_config,
+        client_token=command.client_token, tags=command.tags,
+        service_request_payload=command.service_request_payload,
+    ))  # fmt: skip
+
+
+def _same_submission(state: State, command: C.SubmitServiceJob) -> str | None:
+    """The id of the job this submission repeats (same clientToken, or same jobId), if any."""
+    job_id = None
+    if command.client_token is not None:
+        job_id = state.client_tokens.get((command.job_queue, command.client_token))
+    if job_id is None and command.job_id is not None:
+        job_id = command.job_id if command.job_id in state.jobs else None
+    if job_id is None:
+        return None
+    job = state.jobs[job_id]
+    if (job.queue, job.share, job.job_name) != (
+        command.job_queue, command.quota_share_name, command.job_name
+    ):
+        raise Rejected(
+            f"Job id {job_id} already exists with a different job name, queue or quota share",
+            job_id=job_id, job_queue=command.job_queue, quota_share_name=command.quota_share_name,
+        )  # fmt: skip
+    return job_id
+
+
+def _derived_job_id(state: State, command: C.SubmitServiceJob) -> str:
+    """Deterministic: from the client token if there is one, else from acceptance order."""
+    basis = f"token/{command.client_token}" if command.client_token else f"seq/{state.next_seq}"
+    return str(uuid.uuid5(JOB_ID_NAMESPACE, f"{command.job_queue}/{basis}"))
+
+
+def _live_job(round_: Round, job_id: str, action: str):
+    job = round_.state.jobs.get(job_id)
+    if job is None:
+        raise Rejected(f"Job {job_id} does not exist", job_id=job_id)
+    if job.status.terminal:
+        raise Rejected(f"Job {job_id} is already {job.status.value}; {action}", job_id=job_id)
+    return job
+
+
+@handles(C.UpdateServiceJob)
+def _update_job(round_: Round, command: C.UpdateServiceJob) -> None:
+    job = _live_job(round_, command.job_id, "its priority can no longer change")
+    round_.emit(F.JobPriorityUpdated(
+        **fact_base(round_), job_id=job.job_id, scheduling_priority=command.scheduling_priority
+    ))
+
+
+@handles(C.TerminateServiceJob)
+def _terminate(round_: Round, command: C.TerminateServiceJob) -> None:
+    job = _live_job(round_, command.job_id, "there is nothing to terminate")
+    round_.emit(F.JobStatusChanged(
+        **fact_base(round_), job_id=job.job_id, attempt=job.attempt, status=JobStatus.FAILED,
+        status_reason=command.reason, cause=StatusCause.TERMINATED, is_terminated=True,
+    ))  # fmt: skip
+
+
+# Which job statuses each report may move a live attempt from.
+_REPORT_FROM = {
+    ReportedStatus.STARTING: {JobStatus.SCHEDULED},
+    ReportedStatus.RUNNING: {JobStatus.SCHEDULED, JobStatus.STARTING},
+    ReportedStatus.SUCCEEDED: {JobStatus.SCHEDULED, JobStatus.STARTING, JobStatus.RUNNING},
+    ReportedStatus.FAILED: {JobStatus.SCHEDULED, JobStatus.STARTING, JobStatus.RUNNING},
+    ReportedStatus.INSUFFICIENT_CAPACITY: {JobStatus.SCHEDULED, JobStatus.STARTING},
+}
+
+
+@handles(C.ReportJobStatus)
+def _report(round_: Round, command: C.ReportJobStatus) -> None:
+    job = round_.state.jobs.get(command.job_id)
+    if job is None:
+        raise Rejected(f"Job {command.job_id} does not exist", job_id=command.job_id)
+    attempt = command.attempt if command.attempt is not None else job.attempt
+    ignored = None
+    if not job.status.dispatched or attempt != job.attempt:
+        ignored = (
+            f"attempt {attempt} is not running: job {job.job_id} is {job.status.value}"
+            + (f" and its latest attempt is {job.attempt}" if job.attempt else "")
+        )
+    elif job.status not in _REPORT_FROM[command.status]:
+        ignored = f"job {job.job_id} is {job.status.value}; a {command.status.value} report can't apply"
+    if ignored is not None:
+        round_.emit(F.JobReportIgnored(
+            **fact_base(round_), job_id=job.job_id, attempt=command.attempt, status=command.status,
+            status_reason=ignored,
+        ))  # fmt: skip
+        return
+    base = {**fact_base(round_), "job_id": job.job_id, "attempt": job.attempt}
+    status = command.status
+    if status is ReportedStatus.FAILED:
+        attempt_ended(round_, job, command.status_reason or "Attempt failed", StatusCause.REPORTED)
+    elif status is ReportedStatus.INSUFFICIENT_CAPACITY:
+        round_.emit(F.JobStatusChanged(
+            **base, status=JobStatus.RUNNABLE, status_reason=CAPACITY_BOUNCED,
+            cause=StatusCause.CAPACITY_BOUNCE,
+        ))  # fmt: skip
+    else:
+        round_.emit(F.JobStatusChanged(
+            **base, status=JobStatus(status.value), status_reason=command.status_reason,
+            cause=StatusCause.REPORTED,
+        ))  # fmt: skip
+
+
+@handles(C.Tick)
+def _tick(round_: Round, command: C.Tick) -> None:
+    """Timers already fired; the pass that follows runs as after any command."""
