@@ -231,7 +231,7 @@ def test_window_and_queue_filter(dbs, tmp_path):
 def test_dense_charts_are_drawn_as_averages(dbs, tmp_path, monkeypatch):
     """Past MAX_EXACT_STEPS a chart shows per-column time averages: the same areas (so the
     same instance-seconds per borrower and lender), one hatched band per (borrower, lender)."""
-    monkeypatch.setattr(report_module, "MAX_EXACT_STEPS", 3)
+    monkeypatch.setattr(report_module.style, "MAX_EXACT_STEPS", 3)
     db = str(dbs["two-teams-day"])
     made = report_module.build(db)
     for chart in made.charts:
@@ -281,7 +281,7 @@ def test_cli_writes_html_and_refuses_bad_requests(dbs, tmp_path):
 
 
 def test_png_without_chromium_says_to_use_html(dbs, tmp_path, monkeypatch):
-    monkeypatch.setattr(report_module, "chromium", lambda: None)
+    monkeypatch.setattr(report_module.png, "chromium", lambda: None)
     with pytest.raises(ReportError, match=r"--out report\.html"):
         write_report(str(dbs["notebook"]), str(tmp_path / "r.png"))
     result = CliRunner().invoke(app, ["report", "--db", str(dbs["notebook"]),
