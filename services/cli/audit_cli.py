@@ -94,13 +94,20 @@ def verify(
     of that command side by side) and exits 1 otherwise.  On the bus, commands the scheduler
     has not decided yet are reported as such, not as a divergence.
     """
-    from services import audit
-
     _check_output(output, "audit verify")
     if (commands is None) != (facts is None):
         raise _fail("quotasched audit verify: --commands and --facts go together")
     if commands is not None and nats_url is not None and _explicit(ctx, "nats_url"):
         raise _fail("quotasched audit verify: give either --commands/--facts or --nats-url")
+    source, results = _audit_results(commands, facts, nats_url)
+    if not _echo_results(results, source, output):
+        raise typer.Exit(EXIT_DIVERGED)
+
+
+def _audit_results(commands: str | None, facts: str | None, nats_url: str | None) -> tuple:
+    """(the source in words, the results): one from files, one per partition from the bus."""
+    from services import audit
+
     if commands is not None:
         source = f"files: commands {commands}, facts {facts}"
         try:
@@ -108,7 +115,8 @@ def verify(
                                         _readable(facts, "audit verify"))  # fmt: skip
         except OSError as error:
             raise _fail(f"quotasched audit verify: {error}") from None
-    elif nats_url is not None:
+        return source, [result]
+    if nats_url is not None:
         source = f"bus: {nats_url}"
         try:
             results = audit.verify_bus(nats_url)
@@ -117,26 +125,31 @@ def verify(
         except Exception as error:  # e.g. the server went away mid-read
             raise _fail(f"quotasched audit verify: reading the log from {nats_url} failed: "
                         f"{error or type(error).__name__}") from None
-    else:
-        raise _fail("quotasched audit verify: give --commands FILE --facts FILE, or --nats-url "
-                    "URL (or set QUOTASCHED_NATS_URL)")  # fmt: skip
-    if commands is not None or len(results) == 1:
-        result = result if commands is not None else results[0]
+        return source, results
+    raise _fail("quotasched audit verify: give --commands FILE --facts FILE, or --nats-url "
+                "URL (or set QUOTASCHED_NATS_URL)")  # fmt: skip
+
+
+def _echo_results(results: list, source: str, output: str) -> bool:
+    """Print the report (text or JSON); True when every result is OK."""
+    from services.audit import render
+
+    if len(results) == 1:
+        result = results[0]
         if output == "json":
             typer.echo(json.dumps({"source": source, **result.document()}, indent=2))
         else:
-            typer.echo(audit.render(result, source))
-        ok = result.ok
-    else:  # a log written by a scheduling partition per job queue: each audited on its own
-        ok = all(result.ok for result in results)
-        if output == "json":
-            typer.echo(json.dumps({"source": source, "ok": ok,
-                                   "partitions": [r.document() for r in results]}, indent=2))  # fmt: skip
-        else:
-            typer.echo("\n\n".join(audit.render(r, f"{source}, partition {r.partition}")
-                                   for r in results))  # fmt: skip
-    if not ok:
-        raise typer.Exit(EXIT_DIVERGED)
+            typer.echo(render(result, source))
+        return result.ok
+    # a log written by a scheduling partition per job queue: each audited on its own
+    ok = all(result.ok for result in results)
+    if output == "json":
+        typer.echo(json.dumps({"source": source, "ok": ok,
+                               "partitions": [r.document() for r in results]}, indent=2))  # fmt: skip
+    else:
+        typer.echo("\n\n".join(render(r, f"{source}, partition {r.partition}")
+                               for r in results))  # fmt: skip
+    return ok
 
 
 def explain(

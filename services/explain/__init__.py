@@ -1,0 +1,30 @@
+"""`quotasched explain JOB_ID`: a job's story in plain sentences, each backed by the log.
+
+The facts are folded with the core's own `evolve`, one command at a time, and the reasons are
+read off the state at each moment with the core's own arithmetic (`accounting.contribution`,
+`admission.blocked_reason`, the victim orderings of `ordering.py`):
+
+- what happened to the job: submitted, priority changes, dispatched (attempt, what it borrowed
+  and from whose idle capacity), preempted (by whom, which rule, every share's usage and limit
+  right before, and why this job was the victim), requeued or failed, finished;
+- why it waited: after its submission and after every command that touched its job queue,
+  while it is RUNNABLE, the reason is derived again, and told whenever it changes: behind a
+  higher-priority or earlier job of its share (naming the head, and why the head waits), a
+  blocked head (the exact reason string), the share at its own limit and not allowed to borrow,
+  the borrow ceiling reached, no idle lendable capacity in the other shares (naming them with
+  their usage and limits), the service environment full or DISABLED.
+
+Every sentence cites the `commandSeq` and `at` of the facts it comes from; a "Waiting" entry
+cites the command after which the state it describes held.  No I/O here: the caller brings
+the facts (a file, the bus, a replay).
+
+The package, by concept: `story` (gathering: folding the facts, telling what concerns the job,
+and rendering the story), `sentences` (the wording of each fact), `waiting` (why a job waits),
+`blockers` (the rules of dispatch it fails), `contexts` (usage and victims read right before a
+fact).  This module is the public face: every name importers use is here.
+"""
+
+from services.explain.story import WAITING, Entry, InconsistentLog, explain, render
+from services.explain.waiting import why_waiting
+
+__all__ = ["WAITING", "Entry", "InconsistentLog", "explain", "render", "why_waiting"]

@@ -1,0 +1,155 @@
+"""A job's story, gathered: the facts folded with the core's own `evolve`, one command at a
+time; what concerns the job told as an `Entry` (a sentence citing its command and time), and
+why it waits derived again after every command that could change it.  No I/O here."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from itertools import groupby
+from typing import Any
+
+from events import facts as F
+from events.values import JobStatus
+from services.explain.contexts import _dispatch_context, _preemption_context
+from services.explain.sentences import _sentence, _time
+from services.explain.waiting import _waiting
+from services.scheduler.core import State, evolve
+from services.scheduler.core.state import Job
+
+WAITING = "Waiting"  # the kind of an entry derived from the state, not a fact of its own
+
+
+@dataclass(frozen=True)
+class Entry:
+    at: float
+    command_seq: int
+    kind: str  # the fact's kind, or "Waiting"
+    sentence: str
+
+    def document(self) -> dict[str, Any]:
+        return {"at": self.at, "commandSeq": self.command_seq, "kind": self.kind,
+                "sentence": self.sentence}  # fmt: skip
+
+
+class InconsistentLog(ValueError):
+    """The facts can't be folded (a fact refers to a job or share no earlier fact created)."""
+
+
+def explain(facts: Iterable[F.Fact], job_id: str) -> list[Entry]:
+    """The story of `job_id` as the facts tell it (empty when no fact names the job)."""
+    state = State()
+    story: list[Entry] = []
+    last_wait: tuple | None = None
+    for seq, grouped in groupby(facts, key=lambda fact: fact.command_seq):
+        group = list(grouped)
+        try:
+            last_wait = _step(state, seq, group, job_id, story, last_wait)
+        except (KeyError, AttributeError, TypeError, IndexError) as error:
+            raise InconsistentLog(
+                f"the facts of command {seq} can't be folded onto the ones before them "
+                f"({type(error).__name__}: {error}); is the log complete? "
+                "`quotasched audit verify` finds the first fact that differs"
+            ) from None
+    return story
+
+
+def _step(state: State, seq: int, group: list[F.Fact], job_id: str, story: list[Entry],
+          last_wait: tuple | None) -> tuple | None:  # fmt: skip
+    """Fold one command's facts, tell what concerns the job, and why it waits now."""
+    if not any(_names(fact, job_id) for fact in group):
+        for fact in group:
+            evolve(state, fact)
+        job = state.jobs.get(job_id)
+        if job is None or job.status is not JobStatus.RUNNABLE:
+            return last_wait
+        if not any(_touches(state, fact, job) for fact in group):
+            return last_wait
+    else:
+        _tell_group(state, group, job_id, story)
+        job = state.jobs.get(job_id)
+        if job is None:
+            return last_wait
+    if job.status is not JobStatus.RUNNABLE:
+        return None
+    key, wait = _waiting(state, job, last_wait)
+    told_blocked = any(isinstance(fact, F.ShareBlocked) and fact.job_id == job_id
+                       for fact in group)  # fmt: skip
+    if wait is not None and key != last_wait and not told_blocked:
+        story.append(Entry(group[-1].at, seq, WAITING, wait))
+    return key
+
+
+def _names(fact: F.Fact, job_id: str) -> bool:
+    if getattr(fact, "job_id", None) == job_id:
+        return True
+    return isinstance(fact, F.JobPreempted) and fact.preemptor_job_id == job_id
+
+
+_NO_CHANGE = (F.CommandRejected, F.JobReportIgnored, F.SubmissionDeduplicated)
+
+
+def _touches(state: State, fact: F.Fact, job: Job) -> bool:
+    """Could this fact change why `job` waits?  (Anything in its job queue or its SE.)"""
+    if getattr(fact, "job_queue", None) == job.queue:
+        return True
+    other = getattr(fact, "job_id", None)
+    if other is not None and other in state.jobs and state.jobs[other].queue == job.queue:
+        return not isinstance(fact, _NO_CHANGE)
+    queue = state.queues.get(job.queue)
+    return queue is not None and getattr(fact, "service_environment", None) == queue.environment
+
+
+# -- one command's facts -----------------------------------------------------------------------
+
+
+def _tell_group(state: State, group: list[F.Fact], job_id: str, story: list[Entry]) -> None:
+    """Fold the facts of one command, telling those that concern the job; contexts (usage,
+    candidates) are read from the state right before the fact they explain."""
+    preempted_for: dict[str, list[F.JobPreempted]] = {}  # preemptor -> its victims' facts
+    context: str | None = None
+    for index, fact in enumerate(group):
+        before = None
+        if isinstance(fact, F.JobPreempted):
+            run_start = index == 0 or not (
+                isinstance(group[index - 1], F.JobPreempted)
+                and group[index - 1].preemptor_job_id == fact.preemptor_job_id
+            )
+            if run_start:
+                victims = _run_of(group, index)
+                involved = fact.preemptor_job_id == job_id or any(
+                    victim.job_id == job_id for victim in victims)
+                context = _preemption_context(state, fact, victims, job_id) if involved else None
+            preempted_for.setdefault(fact.preemptor_job_id, []).append(fact)
+        elif isinstance(fact, F.JobDispatched) and fact.job_id == job_id:
+            before = _dispatch_context(state, fact)
+        elif isinstance(fact, F.JobPriorityUpdated) and fact.job_id == job_id:
+            job = state.jobs.get(job_id)
+            before = job.priority if job is not None else None
+        evolve(state, fact)
+        if not _names(fact, job_id):
+            continue
+        text = _sentence(state, fact, job_id, before, context, preempted_for)
+        if text:
+            story.append(Entry(fact.at, fact.command_seq, fact.kind, text))
+
+
+def _run_of(group: list[F.Fact], start: int) -> list[F.JobPreempted]:
+    first = group[start]
+    run = []
+    for fact in group[start:]:
+        if not isinstance(fact, F.JobPreempted) or fact.preemptor_job_id != first.preemptor_job_id:
+            break
+        run.append(fact)
+    return run
+
+
+# -- rendering ---------------------------------------------------------------------------------
+
+
+def render(entries: list[Entry], job_id: str) -> str:
+    lines = [f"The story of job {job_id}, from the fact log:"]
+    for entry in entries:
+        lines.append(f"  [at {_time(entry.at)}, command {entry.command_seq}, {entry.kind}] "
+                     f"{entry.sentence}")  # fmt: skip
+    return "\n".join(lines)
