@@ -217,7 +217,7 @@ class BusReader:
         from nats.js.api import ConsumerConfig, DeliverPolicy
 
         from events.subjects import COMMANDS_PREFIX, COMMANDS_STREAM
-        from services.scheduler.service import sequence_and_time
+        from services.scheduler.log import sequence_and_time
 
         if end == 0:
             await self._put(self._commands, _END)

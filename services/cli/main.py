@@ -264,7 +264,7 @@ def scheduler(
     try:
         asyncio.run(run())
     except Exception as error:
-        from services.scheduler.service import ModeConflict
+        from services.scheduler.mode import ModeConflict
 
         if not isinstance(error, ModeConflict):
             raise

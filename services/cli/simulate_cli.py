@@ -66,10 +66,15 @@ def simulate(
     goes back to its queue. Prints utilization, waits per team, preemptions, GPU-hours lost,
     borrowed and lent, and the makespan.
     """
-    from services.simulate import (ConfigError, SimulationError, TraceError, load_config,
-                                   read_trace)  # fmt: skip
-
     paths = ([config] if config else []) + list(configs or [])
+    _check_usage(paths, config, compare, out, chart, pool)
+    job_trace, loaded = _load(trace, paths, pool)
+    runs = _run_all(job_trace, loaded, bool(out), progress)
+    _report(runs, job_trace, out, chart, shares, progress)
+
+
+def _check_usage(paths: list[str], config, compare: bool, out, chart, pool) -> None:
+    """Refuse option combinations that cannot work, before reading anything."""
     if compare and config:
         raise _fail("give configurations either with --config (one) or after --compare, not both")
     if not paths:
@@ -81,6 +86,12 @@ def simulate(
                     "most one --pool")  # fmt: skip
     if chart and not chart.endswith((".html", ".htm")):
         raise _fail(f"--chart must name an .html file, not {chart}")
+
+
+def _load(trace: str, paths: list[str], pool):
+    """The trace, and every configuration (one per --pool size each), uniquely named."""
+    from services.simulate import ConfigError, TraceError, load_config, read_trace
+
     try:
         loaded = [load_config(path) for path in paths]
         job_trace = read_trace(trace)
@@ -94,17 +105,23 @@ def simulate(
     if len(set(names)) != len(names):
         raise _fail(f"two configurations share the name {next(n for n in names if names.count(n) > 1)}"
                     "; names label the columns")  # fmt: skip
+    return job_trace, loaded
+
+
+def _run_all(job_trace, loaded, record: bool, progress: bool) -> list:
+    """Simulate every configuration in turn; a failure ends the command with its exit status."""
+    from services.simulate import ConfigError, SimulationError, TraceError
 
     console = Console(stderr=True)
     runs = []
     try:
         for c in loaded:
-            runs.append(_run(job_trace, c, bool(out), progress, console))
+            runs.append(_run(job_trace, c, record, progress, console))
     except (ConfigError, TraceError) as error:
         raise _fail(str(error)) from None
     except SimulationError as error:
         raise _fail(str(error), EXIT_FAILED) from None
-    _report(runs, job_trace, out, chart, shares, progress)
+    return runs
 
 
 def _run(job_trace, config, record: bool, progress: bool, console: Console):

@@ -20,7 +20,8 @@ from nats.aio.client import Client
 from services import logs
 from services.scheduler.members import Members
 from services.scheduler.partition import Partition
-from services.scheduler.service import Scheduler, _sleep_or
+from services.scheduler.service import Scheduler
+from services.scheduler.waits import sleep_or
 from services.settings import Settings
 
 EVERY_QUEUE = "*"
@@ -63,7 +64,7 @@ async def run_partitions(nc: Client, settings: Settings, job_queues: list[str], 
                 if scope.name not in instances:
                     log.info("job queue discovered", job_queue=queue, partition=scope.name)
                     await start(scope)
-            await _sleep_or(stop, settings.lease_ttl_s / 4)
+            await sleep_or(stop, settings.lease_ttl_s / 4)
         await asyncio.gather(*tasks)
     finally:
         for task in tasks:

@@ -27,7 +27,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 
 from events.codec import encode_bytes
-from events.subjects import ANY, API_PREFIX, COMMANDS_STREAM, FACTS_STREAM, parse_command_subject
+from events.subjects import ANY, API_PREFIX, COMMANDS_STREAM, parse_command_subject
 from services import logs
 from services.bus import AppendRefused, FactAppender, ensure_streams
 from services.metrics import WriterStats
@@ -38,13 +38,14 @@ from services.scheduler.log import (
     Recovered,
     capture_snapshot,
     recover,
-    first_writer,
     save_snapshot,
     sequence_and_time,
 )
 from services.scheduler.core import catch_up_clock
-from services.scheduler.partition import SINGLE, Partition, partition_mode
+from services.scheduler.mode import claim_mode
+from services.scheduler.partition import Partition
 from services.scheduler.routing import decide_message, fact_subject_of
+from services.scheduler.waits import sleep_or
 from services.settings import Settings
 
 log = logs.get("quotasched.scheduler")
@@ -107,10 +108,10 @@ class Scheduler:
                 log.error("could not follow the log", partition=self.partition,
                           error=repr(error), exc_info=True)  # fmt: skip
                 self._warm = None
-                await _sleep_or(stop, self.settings.lease_ttl_s / 4)
+                await sleep_or(stop, self.settings.lease_ttl_s / 4)
                 continue
             if self.members is not None and not self.members.may_take(self.partition):
-                await _sleep_or(stop, self.settings.lease_ttl_s / 4)  # just handed it over
+                await sleep_or(stop, self.settings.lease_ttl_s / 4)  # just handed it over
             elif await self.lease.acquire():
                 self.term = self.lease.revision
                 log.info("leading", partition=self.partition, holder=self.lease.holder)
@@ -130,11 +131,35 @@ class Scheduler:
                         self.members.leading.discard(self.partition)
                 await self.lease.release()
                 if not stop.is_set():
-                    await _sleep_or(stop, self.settings.lease_ttl_s / 4)
+                    await sleep_or(stop, self.settings.lease_ttl_s / 4)
             else:
-                await _sleep_or(stop, self.settings.lease_ttl_s / 4)
+                await sleep_or(stop, self.settings.lease_ttl_s / 4)
 
     async def _lead(self, stop: asyncio.Event) -> None:
+        recovered = await self._recover_term()
+        inbox: asyncio.Queue = asyncio.Queue()
+        sub = await self._subscribe_commands(recovered, inbox)
+        appender = await FactAppender(self.nc, self.scope.fact_filter, recovered.log_end,
+                                      shared=self.scope.token is not None).start()  # fmt: skip
+        api = await self.nc.subscribe(api_subject(self.scope), queue="qm-api", cb=self._on_request)
+        self.leading.set()
+        tasks = [asyncio.create_task(self._renew(stop)), asyncio.create_task(self._tick(stop))]
+        self._handing_over = False
+        try:
+            await self._write(inbox, stop, tasks, appender)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await appender.close()
+            for closing in (api.unsubscribe(), sub.unsubscribe()):
+                try:
+                    await closing
+                except Exception:  # the connection may be gone; the consumer stays durable
+                    pass
+
+    async def _recover_term(self) -> Recovered:
+        """The state this term starts from: the log followed so far, plus its tail."""
         followed = self._warm.folded if self._warm is not None else 0
         recovered = self.recovered = await recover(self.js, self.scope, self._warm)
         self._warm = None
@@ -142,7 +167,10 @@ class Scheduler:
         log.info("recovered", partition=self.partition, fact_seq=recovered.fact_seq, log_end=recovered.log_end,
                  decided_through=recovered.decided_through, tail_folded=recovered.folded - followed,
                  partial_command=recovered.partial[0] if recovered.partial else None)  # fmt: skip
-        inbox: asyncio.Queue = asyncio.Queue()
+        return recovered
+
+    async def _subscribe_commands(self, recovered: Recovered, inbox: asyncio.Queue):
+        """This term's command consumer, delivering into `inbox`."""
 
         async def deliver(msg) -> None:
             inbox.put_nowait(msg)
@@ -161,59 +189,46 @@ class Scheduler:
             ack_wait=30.0, max_ack_pending=self.settings.max_ack_pending,
             filter_subjects=self.scope.command_filters,
         )  # fmt: skip
-        sub = await self.js.subscribe(
+        return await self.js.subscribe(
             self.scope.command_filters[0], cb=deliver, durable=durable, config=consumer,
             stream=COMMANDS_STREAM, manual_ack=True, flow_control=True, idle_heartbeat=5.0,
             pending_msgs_limit=self.settings.max_ack_pending * 2,
         )  # fmt: skip
-        appender = await FactAppender(self.nc, self.scope.fact_filter, recovered.log_end,
-                                      shared=self.scope.token is not None).start()  # fmt: skip
-        api = await self.nc.subscribe(api_subject(self.scope), queue="qm-api", cb=self._on_request)
-        self.leading.set()
-        tasks = [asyncio.create_task(self._renew(stop)), asyncio.create_task(self._tick(stop))]
+
+    async def _write(self, inbox: asyncio.Queue, stop: asyncio.Event, tasks,
+                     appender: FactAppender) -> None:  # fmt: skip
+        """The term's batches, pipelined: decide one while the one before is being stored."""
         inflight: InFlight | None = None
-        self._handing_over = False
-        try:
-            while not stop.is_set():
-                if self._handing_over:  # to another process: land what is in flight, then go
-                    if inflight is not None:
-                        await self._land(inflight)
-                    log.info("handing over", partition=self.partition,
-                             decided_through=self.recovered.decided_through)  # fmt: skip
-                    return
-                batch = await self._next_batch(inbox, stop, tasks, idle=inflight is None)
-                if batch is None:  # nothing new: make what is in flight durable first
-                    if inflight is not None:
-                        await self._land(inflight)
-                        inflight = None
-                    continue
-                if inflight is not None and self._snapshot_due():
-                    # Under a steady backlog the state always runs a batch ahead of the log;
-                    # drain the pipeline once so the snapshot is exactly the log.
-                    await self._land(inflight)
-                    inflight = None
-                started = time.perf_counter()
-                out, decided = self._decide_batch(batch)
-                self.stats.decide_seconds.observe(time.perf_counter() - started)
-                if not self.lease.valid():
-                    raise SteppedDown("lease expired before the append")
-                futures = await appender.append(out) if out else []
+        while not stop.is_set():
+            if self._handing_over:  # to another process: land what is in flight, then go
                 if inflight is not None:
                     await self._land(inflight)
-                inflight = InFlight(futures, batch[-1], decided, len(out), out)
-                if inbox.empty():
+                log.info("handing over", partition=self.partition,
+                         decided_through=self.recovered.decided_through)  # fmt: skip
+                return
+            batch = await self._next_batch(inbox, stop, tasks, idle=inflight is None)
+            if batch is None:  # nothing new: make what is in flight durable first
+                if inflight is not None:
                     await self._land(inflight)
                     inflight = None
-        finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            await appender.close()
-            for closing in (api.unsubscribe(), sub.unsubscribe()):
-                try:
-                    await closing
-                except Exception:  # the connection may be gone; the consumer stays durable
-                    pass
+                continue
+            if inflight is not None and self._snapshot_due():
+                # Under a steady backlog the state always runs a batch ahead of the log;
+                # drain the pipeline once so the snapshot is exactly the log.
+                await self._land(inflight)
+                inflight = None
+            started = time.perf_counter()
+            out, decided = self._decide_batch(batch)
+            self.stats.decide_seconds.observe(time.perf_counter() - started)
+            if not self.lease.valid():
+                raise SteppedDown("lease expired before the append")
+            futures = await appender.append(out) if out else []
+            if inflight is not None:
+                await self._land(inflight)
+            inflight = InFlight(futures, batch[-1], decided, len(out), out)
+            if inbox.empty():
+                await self._land(inflight)
+                inflight = None
 
     async def _next_batch(self, inbox: asyncio.Queue, stop: asyncio.Event, tasks, idle: bool):
         """Up to `batch_commands` messages; None when nothing came and a batch is in flight."""
@@ -342,7 +357,7 @@ class Scheduler:
 
     async def _renew(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
-            await _sleep_or(stop, self.settings.lease_ttl_s / 4)
+            await sleep_or(stop, self.settings.lease_ttl_s / 4)
             if stop.is_set():
                 return
             if not await self.lease.renew():
@@ -359,7 +374,7 @@ class Scheduler:
             await stop.wait()
             return
         while not stop.is_set():
-            await _sleep_or(stop, interval)
+            await sleep_or(stop, interval)
             if stop.is_set():
                 return
             slot = int(time.time() / interval)
@@ -389,57 +404,3 @@ def api_subject(scope: Partition) -> str:
     """`qm.api.<verb>` and `qm.api.<queue or ~>.<verb>` for one partition: all of them, the
     fleet's `~`, or one queue's."""
     return f"{API_PREFIX}.>" if scope.token is None else f"{API_PREFIX}.{scope.token}.>"
-
-
-async def claim_mode(js, mode: str) -> None:
-    """Refuse to run beside schedulers partitioned the other way, or on a log begun the other
-    way.  A single partition and the per-queue ones would both decide the same commands and
-    fence each other out forever; and a log keeps the layout it began with (a single
-    partition records a fleet-wide command's facts as one group, which a queue's partition
-    could not fold), so switching takes fresh streams."""
-    wanted = "one partition for all job queues" if mode == SINGLE else "a partition per job queue"
-    writer = await first_writer(js)
-    if writer is not None and partition_mode(writer) != mode:
-        raise ModeConflict(
-            f"this scheduler runs {wanted}, but the fact log {FACTS_STREAM} was begun by "
-            f"schedulers partitioned the other way (its first fact was written by partition "
-            f"{writer}); a log keeps the partitioning it began with"
-        )
-    try:
-        consumers = await js.consumers_info(COMMANDS_STREAM)
-    except NotFoundError:
-        return
-    names = [c.name for c in consumers if (c.name or "").startswith("scheduler-")]
-    per_queue = [n for n in names if partition_mode(n.removeprefix("scheduler-")) != SINGLE]
-    other = per_queue if mode == SINGLE else [n for n in names if n not in per_queue]
-    if other:
-        raise ModeConflict(
-            f"this scheduler runs {wanted}, but the command stream has consumers of schedulers "
-            f"partitioned the other way ({', '.join(sorted(other))}); stop those schedulers "
-            f"and delete their consumers (nats consumer rm {COMMANDS_STREAM} NAME) first"
-        )
-
-
-class ModeConflict(RuntimeError):
-    pass
-
-
-async def _sleep_or(stop: asyncio.Event, seconds: float) -> None:
-    """Until `stop` is set or `seconds` passed; raises CancelledError if the calling task was
-    cancelled, even when the cancellation was swallowed on the way.  nats-py swallows it inside
-    a publish (`Client._flush_pending` catches CancelledError), so a `_renew` cancelled at the
-    end of a term went on renewing the lease forever, and the term's end waited on it: the
-    leader held its lease and decided nothing (seen when nats-server was killed under load).
-    The `_renew` and `_tick` loops pass through here each round, so they end."""
-    task = asyncio.current_task()
-    if task is not None and task.cancelling():
-        raise asyncio.CancelledError
-    if stop.is_set():
-        return
-    waiter = asyncio.ensure_future(stop.wait())
-    try:
-        await asyncio.wait({waiter}, timeout=seconds)
-    finally:
-        waiter.cancel()
-    if task is not None and task.cancelling():
-        raise asyncio.CancelledError

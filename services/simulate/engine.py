@@ -24,7 +24,6 @@ the fact log is asked for (`record=True`).
 from __future__ import annotations
 
 import heapq
-import json
 import time as clock
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -34,10 +33,10 @@ from events import facts as F
 from events.codec import decode_command, encode
 from events.values import CapacityUsage, JobStatus, PreemptionOutcome
 from services.scheduler.core import State, step
-from services.simulate.config import ConfigError, SimConfig
+from services.simulate.cluster import QUEUE, plan, setup_commands, templates
+from services.simulate.config import SimConfig
 from services.simulate.trace import Trace
 
-ENVIRONMENT, POLICY, QUEUE = "pool", "fifo", "sim"
 PROGRESS_EVERY = 8192  # events between two progress callbacks
 
 
@@ -71,65 +70,6 @@ class Run:
     facts: list[F.Fact] | None = field(default=None, repr=False)
 
 
-def setup_commands(config: SimConfig, limits: dict[str, int]) -> list[C.Command]:
-    """The cluster as commands, decoded from JSON like any production input."""
-    unit = config.environment.instance_type
-    lines = [
-        {"kind": "CreateServiceEnvironment", "serviceEnvironmentName": ENVIRONMENT,
-         "capacityLimits": [{"capacityUnit": unit, "maxCapacity": config.environment.max_instances}]},
-        {"kind": "CreateSchedulingPolicy", "name": POLICY,
-         "quotaSharePolicy": {"idleResourceAssignmentStrategy": "FIFO"}},
-        {"kind": "CreateJobQueue", "jobQueueName": QUEUE, "schedulingPolicy": POLICY,
-         "serviceEnvironmentOrder": [{"order": 1, "serviceEnvironment": ENVIRONMENT}]},
-    ]  # fmt: skip
-    for share in config.shares:
-        sharing: dict = {"strategy": share.strategy.value}
-        if share.borrow_limit is not None:
-            sharing["borrowLimit"] = share.borrow_limit
-        lines.append({
-            "kind": "CreateQuotaShare", "jobQueue": QUEUE, "quotaShareName": share.name,
-            "capacityLimits": [{"capacityUnit": unit, "maxCapacity": limits[share.name]}],
-            "resourceSharingConfiguration": sharing,
-            "preemptionConfiguration": {
-                "inSharePreemption": "ENABLED" if share.in_share_preemption else "DISABLED"},
-        })  # fmt: skip
-    return [decode_command(json.dumps({"at": 0.0, **line})) for line in lines]
-
-
-def templates(config: SimConfig, limits: dict[str, int],
-              share_of_job: list[str]) -> tuple[C.SubmitServiceJob, C.ReportJobStatus]:  # fmt: skip
-    """Validated commands whose copies carry each job: a submission and a SUCCEEDED report."""
-    unit = config.environment.instance_type
-    share = share_of_job[0] if share_of_job else config.shares[0].name
-    submit = decode_command(json.dumps({
-        "kind": "SubmitServiceJob", "at": 0.0, "jobName": "template", "jobId": "template",
-        "jobQueue": QUEUE, "quotaShareName": share, "schedulingPriority": 0,
-        "capacityUsage": [{"capacityUnit": unit, "quantity": 1}],
-    }))  # fmt: skip
-    report = decode_command(json.dumps({
-        "kind": "ReportJobStatus", "at": 0.0, "jobId": "template", "status": "SUCCEEDED",
-        "attempt": 1,
-    }))  # fmt: skip
-    return submit, report
-
-
-def plan(trace: Trace, config: SimConfig) -> tuple[list[str], dict[str, int]]:
-    """Each job's share, and each share's limit; a team without a share is an error."""
-    owner = config.share_of_team()
-    default = config.default_share
-    unmapped = sorted({team for team in trace.team if team not in owner}) if default is None else []
-    if unmapped:
-        raise ConfigError(f"{config.name}: trace teams without a share: {', '.join(unmapped)} "
-                          "(list them under a share's teams, or set default_share)")  # fmt: skip
-    share_of_job = [owner.get(team, default) for team in trace.team]
-    largest: dict[str, int] = {}
-    for share, gpus in zip(share_of_job, trace.gpus):
-        need = config.instances(gpus)
-        if need > largest.get(share, 0):
-            largest[share] = need
-    return share_of_job, config.limits(largest)
-
-
 def simulate(trace: Trace, config: SimConfig, *, record: bool = False,
              progress: Callable[[float], None] | None = None, validate: bool = False) -> Run:  # fmt: skip
     """Run `trace` under `config` to the end: every job finished, or waiting for good.
@@ -140,13 +80,26 @@ def simulate(trace: Trace, config: SimConfig, *, record: bool = False,
     started = clock.perf_counter()
     share_of_job, limits = plan(trace, config)
     priority = config.priorities(trace.job_type, trace.gpus, trace.duration)
-    checkpoint = config.checkpoint_interval_s
-    unit = config.environment.instance_type
-    per_instance = config.environment.gpus_per_instance
-
     state = State()
-    seq = 0
     log: list[F.Fact] | None = [] if record else None
+    seq = _set_up_cluster(state, config, limits, log)
+    replay = _Replay(state, seq, trace, config, share_of_job, limits, priority, log)
+    replay.run(validate, progress)
+    jobs, meter = replay.jobs, replay.meter
+    return Run(
+        config=config, trace=trace, limits=limits, share_of_job=share_of_job, priority=priority,
+        first_start=jobs.first_start, end=jobs.end, ran=jobs.ran, lost=jobs.lost,
+        preemptions=jobs.preemptions, failed=jobs.failed, blocked=replay.blocked,
+        usage_times=meter.usage_times, usage_levels=meter.usage_levels,
+        used_area=meter.used_area, borrowed_area=meter.borrowed_area, commands=replay.seq,
+        fact_count=replay.fact_count, seconds=clock.perf_counter() - started, facts=log,
+    )  # fmt: skip
+
+
+def _set_up_cluster(state: State, config: SimConfig, limits: dict[str, int],
+                     log: list[F.Fact] | None) -> int:  # fmt: skip
+    """Decide the cluster's set-up commands into `state`; the last sequence number used."""
+    seq = 0
     for command in setup_commands(config, limits):
         seq += 1
         facts = step(state, command, seq)
@@ -156,139 +109,192 @@ def simulate(trace: Trace, config: SimConfig, *, record: bool = False,
                                       f"{fact.status_reason}")  # fmt: skip
         if log is not None:
             log.extend(facts)
-    queue = state.queues[QUEUE]
-    shares = queue.shares
+    return seq
 
-    n = len(trace)
-    ids, submit, duration, gpus = trace.job_ids, trace.submit, trace.duration, trace.gpus
-    index = {job_id: i for i, job_id in enumerate(ids)}
-    usage_of: dict[int, list[CapacityUsage]] = {}
-    remaining = list(duration)
-    attempt_of = [0] * n
-    start_of = [0.0] * n
-    first_start = [-1.0] * n
-    end = [-1.0] * n
-    ran = [0.0] * n
-    lost = [0.0] * n
-    preemptions = [0] * n
-    failed = [False] * n
-    blocked: dict[str, str] = {}
-    used_area = dict.fromkeys(shares, 0.0)
-    borrowed_area = dict.fromkeys(shares, 0.0)
-    share_level = {name: (0, 0) for name in shares}  # (used, borrowed) since share_since
-    share_since = dict.fromkeys(shares, 0.0)
-    usage_times: list[float] = [0.0]
-    usage_levels: list[int] = [0]
-    level = 0
 
-    submit_template, report_template = templates(config, limits, share_of_job)
-    copy_submit, copy_report = submit_template.model_copy, report_template.model_copy
-    Dispatched, Preempted, StatusChanged = F.JobDispatched, F.JobPreempted, F.JobStatusChanged
-    Blocked, Rejected = F.ShareBlocked, F.CommandRejected
-    requeued, done_ok, done_failed = PreemptionOutcome.REQUEUED, JobStatus.SUCCEEDED, JobStatus.FAILED
-    heap: list[tuple[float, int, int]] = []
-    push, pop = heapq.heappush, heapq.heappop
-    next_submit = 0
-    events = 0
-    fact_count = 0
+class _Jobs:
+    """Each job's progress and measurements, indexed like the trace, and the completions due."""
 
-    while True:
-        if heap and (next_submit >= n or heap[0][0] <= submit[next_submit]):
-            now, i, attempt = pop(heap)
+    def __init__(self, duration: list[float]):
+        n = len(duration)
+        self.remaining = list(duration)  # seconds of work still to do
+        self.attempt_of = [0] * n  # the running attempt; 0: none runs
+        self.start_of = [0.0] * n  # when the running attempt started
+        self.first_start = [-1.0] * n
+        self.end = [-1.0] * n
+        self.ran = [0.0] * n
+        self.lost = [0.0] * n
+        self.preemptions = [0] * n
+        self.failed = [False] * n
+        self.due: list[tuple[float, int, int]] = []  # heap of (completion time, job, attempt)
+
+
+class _Meter:
+    """Instances held over time: per share (used and borrowed area), and by the whole queue."""
+
+    def __init__(self, queue, limits: dict[str, int], unit: str):
+        shares = queue.shares
+        self.queue, self.shares, self.limits, self.unit = queue, shares, limits, unit
+        self.used_area = dict.fromkeys(shares, 0.0)
+        self.borrowed_area = dict.fromkeys(shares, 0.0)
+        self.share_level = {name: (0, 0) for name in shares}  # (used, borrowed) since share_since
+        self.share_since = dict.fromkeys(shares, 0.0)
+        self.usage_times: list[float] = [0.0]
+        self.usage_levels: list[int] = [0]
+        self.level = 0
+
+    def observe(self, touched: set[str], now: float) -> None:
+        """Close the areas of the shares whose usage may have changed at `now`, and step the
+        queue's level if it moved."""
+        unit, limits, shares = self.unit, self.limits, self.shares
+        share_level, share_since = self.share_level, self.share_since
+        used_area, borrowed_area = self.used_area, self.borrowed_area
+        for name in touched:
+            used, over = share_level[name]
+            span = now - share_since[name]
+            used_area[name] += used * span
+            borrowed_area[name] += over * span
+            share = shares[name]
+            held = share.usage.get(unit, 0)
+            share_level[name] = (held, max(0, held - limits[name]))
+            share_since[name] = now
+        held = self.queue.usage.get(unit, 0)
+        if held != self.level:
+            self.level = held
+            self.usage_times.append(now)
+            self.usage_levels.append(held)
+
+
+_Dispatched, _Preempted, _StatusChanged = F.JobDispatched, F.JobPreempted, F.JobStatusChanged
+_Blocked, _Rejected = F.ShareBlocked, F.CommandRejected
+_REQUEUED = PreemptionOutcome.REQUEUED
+_DONE_OK, _DONE_FAILED = JobStatus.SUCCEEDED, JobStatus.FAILED
+
+
+class _Replay:
+    """One run after its set-up: the events fed to the core in time order, and the facts it
+    returns acted on as an executor would."""
+
+    def __init__(self, state: State, seq: int, trace: Trace, config: SimConfig,
+                 share_of_job: list[str], limits: dict[str, int], priority: list[int],
+                 log: list[F.Fact] | None):  # fmt: skip
+        unit = config.environment.instance_type
+        queue = state.queues[QUEUE]
+        self.state, self.seq, self.fact_count, self.log = state, seq, 0, log
+        self.name, self.checkpoint = config.name, config.checkpoint_interval_s
+        self.unit, self.per_instance = unit, config.environment.gpus_per_instance
+        self.share_of_job, self.priority = share_of_job, priority
+        self.n = len(trace)
+        self.ids, self.submit, self.gpus = trace.job_ids, trace.submit, trace.gpus
+        self.index = {job_id: i for i, job_id in enumerate(self.ids)}
+        self.usage_of: dict[int, list[CapacityUsage]] = {}
+        self.jobs = _Jobs(trace.duration)
+        self.blocked: dict[str, str] = {}
+        self.meter = _Meter(queue, limits, unit)
+        submit_template, report_template = templates(config, limits, share_of_job)
+        self.copy_submit, self.copy_report = submit_template.model_copy, report_template.model_copy
+        self.next_submit = 0
+
+    def run(self, validate: bool, progress: Callable[[float], None] | None) -> None:
+        """Every event to the end, each command decided by `step`."""
+        state, log, seq, fact_count = self.state, self.log, self.seq, 0
+        next_command, react, observe = self._next_command, self._react, self.meter.observe
+        events = 0
+        while (event := next_command()) is not None:
+            now, command = event
+            if validate:
+                command = decode_command(encode(command))
+            seq += 1
+            facts = step(state, command, seq)
+            fact_count += len(facts)
+            touched = react(facts, now)
+            if log is not None:
+                log.extend(facts)
+            if touched is not None:
+                observe(touched, now)
+            events += 1
+            if progress is not None and events % PROGRESS_EVERY == 0:
+                progress(now)
+        self.seq, self.fact_count = seq, fact_count
+
+    def _next_command(self) -> tuple[float, C.Command] | None:
+        """The next event as a command: a due completion (first at equal times), else the next
+        submission; None when neither is left."""
+        jobs, submit, n = self.jobs, self.submit, self.n
+        due, attempt_of, end = jobs.due, jobs.attempt_of, jobs.end
+        while due and (self.next_submit >= n or due[0][0] <= submit[self.next_submit]):
+            now, i, attempt = heapq.heappop(due)
             if attempt_of[i] != attempt or end[i] >= 0:
                 continue  # the attempt was preempted: its completion never comes
-            command = copy_report(update={"at": now, "job_id": ids[i], "attempt": attempt})
-        elif next_submit < n:
-            i = next_submit
-            next_submit += 1
-            now = submit[i]
-            need = -(-gpus[i] // per_instance)
-            usage = usage_of.get(need)
-            if usage is None:
-                usage = usage_of[need] = [CapacityUsage(capacity_unit=unit, quantity=need)]
-            command = copy_submit(update={
-                "at": now, "job_name": ids[i], "job_id": ids[i],
-                "quota_share_name": share_of_job[i], "capacity_usage": usage,
-                "scheduling_priority": priority[i],
-            })  # fmt: skip
-        else:
-            break
-        if validate:
-            command = decode_command(encode(command))
-        seq += 1
-        facts = step(state, command, seq)
-        fact_count += len(facts)
+            update = {"at": now, "job_id": self.ids[i], "attempt": attempt}
+            return now, self.copy_report(update=update)
+        if self.next_submit >= n:
+            return None
+        i = self.next_submit
+        self.next_submit += 1
+        now = submit[i]
+        need = -(-self.gpus[i] // self.per_instance)
+        usage = self.usage_of.get(need)
+        if usage is None:
+            usage = self.usage_of[need] = [CapacityUsage(capacity_unit=self.unit, quantity=need)]
+        ids = self.ids
+        return now, self.copy_submit(update={
+            "at": now, "job_name": ids[i], "job_id": ids[i],
+            "quota_share_name": self.share_of_job[i], "capacity_usage": usage,
+            "scheduling_priority": self.priority[i],
+        })  # fmt: skip
+
+    def _react(self, facts: list[F.Fact], now: float) -> set[str] | None:
+        """Act on a command's facts as an executor does; the shares whose usage they change."""
+        jobs, index = self.jobs, self.index
         touched: set[str] | None = None
         for fact in facts:
             kind = type(fact)
-            if kind is Dispatched:
+            if kind is _Dispatched:
                 j = index[fact.job_id]
-                attempt_of[j] = fact.attempt
-                start_of[j] = now
-                if first_start[j] < 0:
-                    first_start[j] = now
-                push(heap, (now + remaining[j], j, fact.attempt))
-            elif kind is Preempted:
-                j = index[fact.job_id]
-                done = now - start_of[j]
-                saved = (done // checkpoint) * checkpoint if checkpoint else 0.0
-                remaining[j] -= saved
-                ran[j] += done
-                lost[j] += done - saved
-                preemptions[j] += 1
-                attempt_of[j] = 0
-                if fact.outcome is not requeued:
-                    failed[j] = True
-                    end[j] = now
-            elif kind is StatusChanged:
+                jobs.attempt_of[j] = fact.attempt
+                jobs.start_of[j] = now
+                if jobs.first_start[j] < 0:
+                    jobs.first_start[j] = now
+                heapq.heappush(jobs.due, (now + jobs.remaining[j], j, fact.attempt))
+            elif kind is _Preempted:
+                self._stop(index[fact.job_id], now, fact.outcome)
+            elif kind is _StatusChanged:
                 status = fact.status
-                if status is done_ok or status is done_failed:
+                if status is _DONE_OK or status is _DONE_FAILED:
                     j = index[fact.job_id]
-                    if attempt_of[j]:
-                        ran[j] += now - start_of[j]
-                        attempt_of[j] = 0
-                    end[j] = now
-                    failed[j] = status is done_failed
+                    if jobs.attempt_of[j]:
+                        jobs.ran[j] += now - jobs.start_of[j]
+                        jobs.attempt_of[j] = 0
+                    jobs.end[j] = now
+                    jobs.failed[j] = status is _DONE_FAILED
                     if touched is None:
                         touched = set()
-                    touched.add(share_of_job[j])
+                    touched.add(self.share_of_job[j])
                 continue
-            elif kind is Blocked:
-                blocked[fact.quota_share_name] = fact.status_reason
+            elif kind is _Blocked:
+                self.blocked[fact.quota_share_name] = fact.status_reason
                 continue
-            elif kind is Rejected:
-                raise SimulationError(f"{config.name}: the core refused {fact.command_kind} "
+            elif kind is _Rejected:
+                raise SimulationError(f"{self.name}: the core refused {fact.command_kind} "
                                       f"at t={now}: {fact.status_reason}")  # fmt: skip
             else:
                 continue
             if touched is None:
                 touched = set()
             touched.add(fact.quota_share_name)
-        if log is not None:
-            log.extend(facts)
-        if touched is not None:
-            for name in touched:
-                used, over = share_level[name]
-                span = now - share_since[name]
-                used_area[name] += used * span
-                borrowed_area[name] += over * span
-                share = shares[name]
-                held = share.usage.get(unit, 0)
-                share_level[name] = (held, max(0, held - limits[name]))
-                share_since[name] = now
-            held = queue.usage.get(unit, 0)
-            if held != level:
-                level = held
-                usage_times.append(now)
-                usage_levels.append(held)
-        events += 1
-        if progress is not None and events % PROGRESS_EVERY == 0:
-            progress(now)
+        return touched
 
-    return Run(
-        config=config, trace=trace, limits=limits, share_of_job=share_of_job, priority=priority,
-        first_start=first_start, end=end, ran=ran, lost=lost, preemptions=preemptions,
-        failed=failed, blocked=blocked, usage_times=usage_times, usage_levels=usage_levels,
-        used_area=used_area, borrowed_area=borrowed_area, commands=seq, fact_count=fact_count,
-        seconds=clock.perf_counter() - started, facts=log,
-    )  # fmt: skip
+    def _stop(self, j: int, now: float, outcome: PreemptionOutcome) -> None:
+        """Job `j` preempted at `now`: the work since its last checkpoint is lost."""
+        jobs, checkpoint = self.jobs, self.checkpoint
+        done = now - jobs.start_of[j]
+        saved = (done // checkpoint) * checkpoint if checkpoint else 0.0
+        jobs.remaining[j] -= saved
+        jobs.ran[j] += done
+        jobs.lost[j] += done - saved
+        jobs.preemptions[j] += 1
+        jobs.attempt_of[j] = 0
+        if outcome is not _REQUEUED:
+            jobs.failed[j] = True
+            jobs.end[j] = now

@@ -22,7 +22,7 @@ from services.client import Bus
 from services.scheduler.core import State, step_raw
 from services.scheduler.core.invariants import check_state
 from services.scheduler.routing import decide_message
-from services.scheduler.service import sequence_and_time
+from services.scheduler.log import sequence_and_time
 from tests.integration.conftest import QUOTASCHED
 from tests.integration.helpers import (
     assert_alive,

@@ -7,7 +7,7 @@ import pytest
 from services.simulate import (ConfigError, TraceError, parse_config, read_trace, synthetic,
                                write_trace)  # fmt: skip
 from services.simulate.config import load_config
-from services.simulate.engine import plan
+from services.simulate.cluster import plan
 
 HEADER = "job_id,submit_time_s,duration_s,gpus,team,job_type\n"
 SHARE = {"name": "s", "teams": ["x"], "strategy": "RESERVE", "limit": 2}

@@ -1,0 +1,79 @@
+"""The simulated cluster and its jobs, as the decision core's inputs.
+
+- `setup_commands`: one service environment, one FIFO scheduling policy, one job queue and a
+  quota share per configured share, decoded from JSON like any production input;
+- `templates`: the validated submission and SUCCEEDED report whose copies carry each job on
+  the engine's hot path;
+- `plan`: each job's share (by team) and each share's limit; a team without a share is an
+  error, not a silent default.
+"""
+
+from __future__ import annotations
+
+import json
+
+from events import commands as C
+from events.codec import decode_command
+from services.simulate.config import ConfigError, SimConfig
+from services.simulate.trace import Trace
+
+ENVIRONMENT, POLICY, QUEUE = "pool", "fifo", "sim"
+
+
+def setup_commands(config: SimConfig, limits: dict[str, int]) -> list[C.Command]:
+    """The cluster as commands, decoded from JSON like any production input."""
+    unit = config.environment.instance_type
+    lines = [
+        {"kind": "CreateServiceEnvironment", "serviceEnvironmentName": ENVIRONMENT,
+         "capacityLimits": [{"capacityUnit": unit, "maxCapacity": config.environment.max_instances}]},
+        {"kind": "CreateSchedulingPolicy", "name": POLICY,
+         "quotaSharePolicy": {"idleResourceAssignmentStrategy": "FIFO"}},
+        {"kind": "CreateJobQueue", "jobQueueName": QUEUE, "schedulingPolicy": POLICY,
+         "serviceEnvironmentOrder": [{"order": 1, "serviceEnvironment": ENVIRONMENT}]},
+    ]  # fmt: skip
+    for share in config.shares:
+        sharing: dict = {"strategy": share.strategy.value}
+        if share.borrow_limit is not None:
+            sharing["borrowLimit"] = share.borrow_limit
+        lines.append({
+            "kind": "CreateQuotaShare", "jobQueue": QUEUE, "quotaShareName": share.name,
+            "capacityLimits": [{"capacityUnit": unit, "maxCapacity": limits[share.name]}],
+            "resourceSharingConfiguration": sharing,
+            "preemptionConfiguration": {
+                "inSharePreemption": "ENABLED" if share.in_share_preemption else "DISABLED"},
+        })  # fmt: skip
+    return [decode_command(json.dumps({"at": 0.0, **line})) for line in lines]
+
+
+def templates(config: SimConfig, limits: dict[str, int],
+              share_of_job: list[str]) -> tuple[C.SubmitServiceJob, C.ReportJobStatus]:  # fmt: skip
+    """Validated commands whose copies carry each job: a submission and a SUCCEEDED report."""
+    unit = config.environment.instance_type
+    share = share_of_job[0] if share_of_job else config.shares[0].name
+    submit = decode_command(json.dumps({
+        "kind": "SubmitServiceJob", "at": 0.0, "jobName": "template", "jobId": "template",
+        "jobQueue": QUEUE, "quotaShareName": share, "schedulingPriority": 0,
+        "capacityUsage": [{"capacityUnit": unit, "quantity": 1}],
+    }))  # fmt: skip
+    report = decode_command(json.dumps({
+        "kind": "ReportJobStatus", "at": 0.0, "jobId": "template", "status": "SUCCEEDED",
+        "attempt": 1,
+    }))  # fmt: skip
+    return submit, report
+
+
+def plan(trace: Trace, config: SimConfig) -> tuple[list[str], dict[str, int]]:
+    """Each job's share, and each share's limit; a team without a share is an error."""
+    owner = config.share_of_team()
+    default = config.default_share
+    unmapped = sorted({team for team in trace.team if team not in owner}) if default is None else []
+    if unmapped:
+        raise ConfigError(f"{config.name}: trace teams without a share: {', '.join(unmapped)} "
+                          "(list them under a share's teams, or set default_share)")  # fmt: skip
+    share_of_job = [owner.get(team, default) for team in trace.team]
+    largest: dict[str, int] = {}
+    for share, gpus in zip(share_of_job, trace.gpus):
+        need = config.instances(gpus)
+        if need > largest.get(share, 0):
+            largest[share] = need
+    return share_of_job, config.limits(largest)
