@@ -19,19 +19,9 @@ from typing import Annotated, Optional
 import typer
 
 from services import config_as_code as cac
-from services.cli.aws import (
-    EXIT_REFUSED,
-    EXIT_UNDECIDED,
-    EXIT_USAGE,
-    Failure,
-    NatsUrl,
-    _ask,
-    _Decisions,
-    _prose,
-    _publish,
-    _run,
-    _session,
-)
+from services.cli.aws_apply import _Decisions
+from services.cli.aws_options import EXIT_REFUSED, EXIT_UNDECIDED, EXIT_USAGE, Failure, NatsUrl, _prose
+from services.cli.aws_session import _ask, _publish, _run, _session
 
 config_app = typer.Typer(
     help="Configuration as code: declare service environments, scheduling policies, job "

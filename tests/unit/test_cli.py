@@ -412,3 +412,13 @@ def test_help_works(args, words):
     assert result.returncode == 0
     for word in words:
         assert word in result.stdout.decode()
+
+
+def test_apply_of_a_missing_file_exits_2_with_the_reason(tmp_path):
+    """Nothing is published, and no traceback: the file is read before any connection."""
+    missing = tmp_path / "nope.jsonl"
+    result = run("apply", str(missing), "--nats-url", "nats://127.0.0.1:1")
+    assert result.returncode == 2
+    assert result.stderr.decode().strip() == (
+        f"quotasched apply: cannot read {missing}: No such file or directory"
+    )
