@@ -10,7 +10,7 @@ COPY projections ./projections
 COPY examples ./examples
 RUN pip install --no-cache-dir . \
     && useradd --system --uid 10001 --no-create-home quotasched \
-    && mkdir -p /projections && chown quotasched /projections
+    && mkdir -p /projections /executor && chown quotasched /projections /executor
 # Not root; a named volume mounted on /projections takes this directory's owner.
 USER quotasched
 ENTRYPOINT ["quotasched"]

@@ -19,7 +19,7 @@ from services import logs
 from services.auth import broker_options
 from services.bus import connect, ensure_streams
 from services.embedded import EmbeddedServer
-from services.executors.app import build_executor
+from services.executors.app import build_executor, catch_up
 from services.metrics import MetricsEndpoint, ProjectorPart, SchedulerPart
 from services.projector.service import Projector, ProjectorOptions
 from services.projector.thread import ProjectorThread
@@ -40,7 +40,8 @@ class Stack:
 
     def __init__(self, settings: Settings, *, port: int | None = None, executor: str = "simulated",
                  speed: float = 1.0, scheduler: bool = True, projector_db: str | None = None,
-                 projector_required: bool = False):  # fmt: skip
+                 projector_required: bool = False, executor_name: str | None = None,
+                 executor_state_dir: str | None = None):  # fmt: skip
         """`projector_db`: run a projector writing that DuckDB file.  If it stops on a fact it
         cannot apply, the rest of the stack runs on (the projection is disposable; the
         scheduler does not depend on it) and `failed` holds the error, unless
@@ -48,6 +49,8 @@ class Stack:
         self.settings = settings
         self.port = port
         self.executor_kind = executor
+        self.executor_name = executor_name
+        self.executor_state_dir = executor_state_dir  # its ledger (services/executors/ledger.py)
         self.speed = speed
         self.with_scheduler = scheduler
         self.url = settings.nats_url
@@ -91,9 +94,14 @@ class Stack:
             await self._start_projector()
         if self.executor_kind != "none":
             broker = NatsBroker(self.url.split(","), logger=None, **broker_options())
-            build_executor(broker, self.executor_kind, speed=self.speed)
+            executor = build_executor(broker, self.executor_kind, speed=self.speed,
+                                      name=self.executor_name,
+                                      state_dir=self.executor_state_dir)  # fmt: skip
+            await catch_up(nc.jetstream(), executor)  # before its consumer resumes
             await broker.start()
             self._exit.push_async_callback(broker.stop)
+            self._exit.push_async_callback(executor.close)  # first: reports while connected
+            await executor.recover()
         return self
 
     async def _start_projector(self) -> None:

@@ -278,8 +278,22 @@ def executor_command(
     nats_url: NatsUrl = None,
     kind: Annotated[str, typer.Option("--kind", help="simulated or process")] = "simulated",
     speed: Annotated[float, typer.Option(help="Simulated executor: time speed-up factor.")] = 1.0,
+    name: Annotated[Optional[str], typer.Option(
+        "--name", help="The executor's name: its durable consumer is executor-NAME (default: "
+                       "the kind). Run one process per name.", show_default=False)] = None,
+    state_dir: Annotated[Path, typer.Option(
+        "--state-dir", envvar="QUOTASCHED_EXECUTOR_STATE_DIR",
+        help="Where the executor keeps the attempts it runs (executor-NAME.json), so that "
+             "after a crash the next start stops their processes and reports them FAILED.")
+    ] = Path(".quotasched"),
 ) -> None:
-    """Run an executor: it starts dispatched jobs and reports their status."""
+    """Run an executor: it starts dispatched jobs and reports their status.
+
+    On a shutdown (SIGTERM, Ctrl-C) it stops the attempts it runs and reports them FAILED, so
+    the scheduler frees their capacity and each job's retryStrategy decides what happens next.
+    After a crash (SIGKILL, a lost host) the next executor started with the same --name and
+    --state-dir does the same for the attempts the crashed one was running.
+    """
     import asyncio
 
     from services import logs
@@ -291,7 +305,8 @@ def executor_command(
     logs.configure()
 
     async def run() -> None:
-        async with Stack(_settings(nats_url), executor=kind, speed=speed, scheduler=False) as stack:
+        async with Stack(_settings(nats_url), executor=kind, speed=speed, scheduler=False,
+                         executor_name=name, executor_state_dir=str(state_dir)) as stack:
             stop_on_signals(stack.stop)
             await stack.stop.wait()
 

@@ -9,6 +9,12 @@ An executor follows the fact log and runs what the scheduler decided:
 Every report is a `ReportJobStatus` command carrying the attempt number, published on the
 job's own subject.  An attempt is started at most once: the (job, attempt) pairs ever started
 are remembered, so a redelivered dispatch is ignored.
+
+With a `Ledger` (ledger.py) the attempts being run are also kept in a file.  A shutdown reports
+the attempts it interrupts FAILED; whatever an executor that stopped without reporting (killed)
+left in the file, the next one reports FAILED when it starts (`recover`), after stopping the
+attempt's process if it outlived the executor.  A report about an attempt that had already
+ended is ignored by the scheduler (JobReportIgnored), so these reports are always safe.
 """
 
 from __future__ import annotations
@@ -21,10 +27,14 @@ from typing import Any
 
 from events.subjects import command_subject
 from services import logs
+from services.executors.ledger import Entry, Ledger
 
 log = logs.get("quotasched.executor")
 
 Publish = Callable[[str, bytes], Awaitable[Any]]
+
+LOST = "Executor restarted: the attempt was lost when the previous executor stopped"
+SHUT_DOWN = "Executor shut down while the attempt was running"
 
 
 @dataclass
@@ -36,6 +46,7 @@ class Attempt:
     spec: dict[str, Any]
     task: asyncio.Task | None = None
     stopped: asyncio.Event = field(default_factory=asyncio.Event)
+    shutdown: bool = False  # interrupted by the executor's own shutdown, not by the scheduler
 
 
 class Executor:
@@ -44,24 +55,40 @@ class Executor:
 
     name = "executor"
 
-    def __init__(self, publish: Publish):
+    def __init__(self, publish: Publish, ledger: Ledger | None = None):
         self.publish = publish
+        self.ledger = ledger
         self.specs: dict[str, dict[str, Any]] = {}
+        self.consumer = f"executor-{self.name}"  # its durable consumer (app.build_executor)
         self.running: dict[str, Attempt] = {}
         self.started: set[tuple[str, int]] = set()
+        # Left running by the previous executor: never started again (a dispatch it had not
+        # acked is delivered again), reported FAILED by `recover`.
+        self.lost: list[Entry] = list(ledger.entries.values()) if ledger is not None else []
+        self.started.update((entry.job_id, entry.attempt) for entry in self.lost)
 
     async def on_fact(self, fact: dict[str, Any]) -> None:
         kind = fact.get("kind")
-        if kind == "JobSubmitted":
-            self.specs[fact["jobId"]] = {"tags": fact.get("tags") or {},
-                                         "payload": fact.get("serviceRequestPayload")}  # fmt: skip
-        elif kind == "JobDispatched":
+        self.learn(fact)
+        if kind == "JobDispatched":
             await self._dispatched(fact)
         elif kind == "JobPreempted":
             await self._stop(fact["jobId"], fact["attempt"])
         elif kind == "JobStatusChanged" and fact["status"] in ("FAILED", "RUNNABLE"):
             if fact.get("cause") != "REPORTED":
                 await self._stop(fact["jobId"], fact["attempt"])
+
+    def learn(self, fact: dict[str, Any]) -> None:
+        """Keep how to run each job from its submission until it ends (then forget it).  Also
+        fed the log an earlier executor of this name already consumed (app.catch_up), so a
+        job submitted before a restart still runs when it is dispatched after it."""
+        kind = fact.get("kind")
+        if kind == "JobSubmitted":
+            self.specs[fact["jobId"]] = {"tags": fact.get("tags") or {},
+                                         "payload": fact.get("serviceRequestPayload")}  # fmt: skip
+        elif (kind == "JobStatusChanged" and fact.get("status") in ("SUCCEEDED", "FAILED")) or (
+                kind == "JobPreempted" and fact.get("outcome") == "FAILED"):  # fmt: skip
+            self.specs.pop(fact.get("jobId"), None)  # the job is over
 
     async def _dispatched(self, fact: dict[str, Any]) -> None:
         key = (fact["jobId"], fact["attempt"])
@@ -75,23 +102,30 @@ class Executor:
         attempt = Attempt(fact["jobId"], fact["attempt"], fact["jobQueue"], fact["quotaShareName"],
                           self.specs.get(fact["jobId"], {"tags": {}, "payload": None}))  # fmt: skip
         self.running[attempt.job_id] = attempt
+        self.note(attempt)
         attempt.task = asyncio.create_task(self._run(attempt))
 
     async def _run(self, attempt: Attempt) -> None:
+        ended = False  # the scheduler knows (or decided) how this attempt ended
         try:
             await self.report(attempt, "STARTING")
             await self.report(attempt, "RUNNING")
             status, reason = await self.execute(attempt)
             await self.report(attempt, status, reason)
+            ended = True
         except asyncio.CancelledError:
             await self.interrupt(attempt)
+            ended = not attempt.shutdown  # a shutdown reports it (close), or the next start
         except Exception as error:  # the job failed in the executor itself
             log.warning("attempt failed", job_id=attempt.job_id, error=str(error))
             await self.report(attempt, "FAILED", f"Executor error: {error}")
+            ended = True
         finally:
             attempt.stopped.set()
             if self.running.get(attempt.job_id) is attempt:
                 del self.running[attempt.job_id]
+            if ended:
+                self._forget(attempt)
 
     async def _stop(self, job_id: str, attempt_number: int) -> None:
         attempt = self.running.get(job_id)
@@ -104,6 +138,7 @@ class Executor:
         attempt.stopped.set()
         if self.running.get(job_id) is attempt:
             del self.running[job_id]
+        self._forget(attempt)  # the scheduler ended it
 
     async def report(self, attempt: Attempt, status: str, reason: str | None = None) -> None:
         command = {"kind": "ReportJobStatus", "jobId": attempt.job_id, "status": status,
@@ -119,9 +154,44 @@ class Executor:
     async def interrupt(self, attempt: Attempt) -> None:
         """Called when an attempt is stopped by the scheduler; nothing to report."""
 
+    async def end_lost(self, entry: Entry) -> None:
+        """Stop what is left of an attempt the previous executor was running (its process)."""
+
+    def note(self, attempt: Attempt, pid: int | None = None, pid_started: str | None = None) -> None:
+        """Write the running attempt (and its process, once there is one) to the ledger."""
+        if self.ledger is not None:
+            self.ledger.record(Entry(attempt.job_id, attempt.attempt, attempt.job_queue,
+                                     attempt.share, pid, pid_started))  # fmt: skip
+
+    def _forget(self, attempt: Attempt) -> None:
+        if self.ledger is not None:
+            self.ledger.forget(attempt.job_id, attempt.attempt)
+
+    async def recover(self) -> int:
+        """Report FAILED every attempt the previous executor left running (from the ledger),
+        after stopping its process; returns how many.  Call once the broker can publish."""
+        lost, self.lost = self.lost, []
+        for entry in lost:
+            await self.end_lost(entry)
+            attempt = Attempt(entry.job_id, entry.attempt, entry.job_queue, entry.share, {})
+            await self.report(attempt, "FAILED", LOST)
+            self._forget(attempt)
+            log.warning("lost attempt reported", job_id=entry.job_id, attempt=entry.attempt)
+        return len(lost)
+
     async def close(self) -> None:
-        for attempt in list(self.running.values()):
+        """Stop every running attempt and report each FAILED while the bus is still there; an
+        attempt whose report cannot be sent stays in the ledger for the next start."""
+        attempts = list(self.running.values())
+        for attempt in attempts:
+            attempt.shutdown = True
             if attempt.task is not None:
                 attempt.task.cancel()
-        await asyncio.gather(*(a.task for a in self.running.values() if a.task),
-                             return_exceptions=True)  # fmt: skip
+        await asyncio.gather(*(a.task for a in attempts if a.task), return_exceptions=True)
+        for attempt in attempts:
+            try:
+                await self.report(attempt, "FAILED", SHUT_DOWN)
+            except Exception as error:  # the bus is gone: the next start reports it
+                log.warning("shutdown report not sent", job_id=attempt.job_id, error=str(error))
+                continue
+            self._forget(attempt)

@@ -5,6 +5,10 @@ The command line comes from the job's tags (`command`) or its payload
 `Command` string).  Exit code 0 is SUCCEEDED, anything else FAILED with the code as reason.
 Preemption or termination sends SIGTERM to the process group, then SIGKILL after the grace
 period.  The environment carries QUOTASCHED_JOB_ID and QUOTASCHED_ATTEMPT.
+
+A process runs in its own session, so it outlives an executor that is killed; the ledger keeps
+its pid and start time, and the next executor stops it (same signals, same grace period)
+before it reports the attempt lost (base.Executor.recover).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import shlex
 import signal
 
 from services.executors.base import Attempt, Executor, Publish
+from services.executors.ledger import Entry, Ledger, process_alive, process_started
 
 
 def command_line(spec: dict) -> list[str]:
@@ -38,8 +43,9 @@ def command_line(spec: dict) -> list[str]:
 class ProcessExecutor(Executor):
     name = "process"
 
-    def __init__(self, publish: Publish, grace_s: float = 10.0, workdir: str | None = None):
-        super().__init__(publish)
+    def __init__(self, publish: Publish, grace_s: float = 10.0, workdir: str | None = None,
+                 ledger: Ledger | None = None):  # fmt: skip
+        super().__init__(publish, ledger)
         self.grace_s = grace_s
         self.workdir = workdir
         self.processes: dict[tuple[str, int], asyncio.subprocess.Process] = {}
@@ -54,6 +60,7 @@ class ProcessExecutor(Executor):
         )  # fmt: skip
         key = (attempt.job_id, attempt.attempt)
         self.processes[key] = process
+        self.note(attempt, process.pid, process_started(process.pid))
         code = await process.wait()  # a cancellation leaves the process to `interrupt`
         self.processes.pop(key, None)
         return ("SUCCEEDED", None) if code == 0 else ("FAILED", f"Process exited with code {code}")
@@ -68,3 +75,21 @@ class ProcessExecutor(Executor):
         except (asyncio.TimeoutError, TimeoutError):
             os.killpg(process.pid, signal.SIGKILL)
             await process.wait()
+
+    async def end_lost(self, entry: Entry) -> None:
+        """SIGTERM, then SIGKILL after the grace period, to the process group of a process the
+        previous executor started, if that very process still runs (pid and start time)."""
+        if entry.pid is None or entry.pid_started is None:
+            return
+        for sig, wait_s in ((signal.SIGTERM, self.grace_s), (signal.SIGKILL, 5.0)):
+            if not process_alive(entry.pid, entry.pid_started):
+                return
+            try:
+                os.killpg(entry.pid, sig)
+            except ProcessLookupError:
+                return
+            # Not a child of this process: poll until it is gone (or a zombie of init's).
+            for _ in range(max(1, int(wait_s / 0.05))):
+                if not process_alive(entry.pid, entry.pid_started):
+                    return
+                await asyncio.sleep(0.05)

@@ -11,6 +11,7 @@ import asyncio
 import json
 
 from services.executors.base import Attempt, Executor, Publish
+from services.executors.ledger import Ledger
 
 
 def job_duration_s(spec: dict, default: float) -> float:
@@ -33,8 +34,9 @@ def job_duration_s(spec: dict, default: float) -> float:
 class SimulatedExecutor(Executor):
     name = "simulated"
 
-    def __init__(self, publish: Publish, speed: float = 1.0, default_duration_s: float = 60.0):
-        super().__init__(publish)
+    def __init__(self, publish: Publish, speed: float = 1.0, default_duration_s: float = 60.0,
+                 ledger: Ledger | None = None):  # fmt: skip
+        super().__init__(publish, ledger)
         self.speed = speed
         self.default_duration_s = default_duration_s
 

@@ -61,7 +61,8 @@ def spawn(tmp_path, nats_server):
     """spawn("scheduler") starts `quotasched scheduler --nats-url ...` in a new process."""
     started: list[Process] = []
     env = {**os.environ, "QUOTASCHED_NATS_URL": nats_server.url,
-           "QUOTASCHED_TICK_INTERVAL_S": "0.5", "QUOTASCHED_LEASE_TTL_S": "3"}
+           "QUOTASCHED_TICK_INTERVAL_S": "0.5", "QUOTASCHED_LEASE_TTL_S": "3",
+           "QUOTASCHED_EXECUTOR_STATE_DIR": str(tmp_path / "executor-state")}
 
     def start(*args: str, **extra_env: str) -> Process:
         log_path = tmp_path / f"{args[0]}-{len(started)}.log"

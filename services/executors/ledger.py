@@ -1,0 +1,103 @@
+"""The attempts an executor is running, kept in a file so that its next start can end them.
+
+An executor that stops (a crash, SIGKILL, a host restart, or a plain shutdown) leaves the
+attempts it was running without anybody to report on them: the scheduler would keep them
+RUNNING, holding capacity, until their attempt timeout (or forever without one).  So every
+attempt is written here when it starts and removed once its end is reported or the scheduler
+ended it; whatever the file still lists when the executor starts again was lost with the
+previous one, and `Executor.recover` reports it FAILED (the job's retryStrategy then decides
+between a retry and FAILED, as for any failed attempt).
+
+A local process outlives a killed executor (it runs in its own session), so the file also
+records its pid and its start time: recovery stops that process first (SIGTERM, then SIGKILL
+after the grace period), and only when the pid still names the same process, never a later
+one that happens to reuse the number.
+
+The file is JSON, rewritten whole through a temporary file and `os.replace` on each change, so
+a crash leaves the old version or the new one, never half of one.  One executor per file: the
+name of the file is the executor's name, like its durable consumer's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+
+
+@dataclass(frozen=True)
+class Entry:
+    job_id: str
+    attempt: int
+    job_queue: str
+    share: str
+    pid: int | None = None
+    pid_started: str | None = None  # the process's start time, from /proc (Linux)
+
+
+class Ledger:
+    def __init__(self, path: str):
+        self.path = path
+        self.entries: dict[tuple[str, int], Entry] = {}
+        for entry in self._read():
+            self.entries[(entry.job_id, entry.attempt)] = entry
+
+    def record(self, entry: Entry) -> None:
+        self.entries[(entry.job_id, entry.attempt)] = entry
+        self._write()
+
+    def forget(self, job_id: str, attempt: int) -> None:
+        if self.entries.pop((job_id, attempt), None) is not None:
+            self._write()
+
+    def _read(self) -> list[Entry]:
+        try:
+            with open(self.path, encoding="utf-8") as handle:
+                document = json.load(handle)
+        except FileNotFoundError:
+            return []
+        except (OSError, ValueError) as error:
+            raise LedgerError(f"cannot read the executor's attempt file {self.path}: {error}; "
+                              "move it away to start without it") from None  # fmt: skip
+        try:
+            return [Entry(**item) for item in document["attempts"]]
+        except (KeyError, TypeError) as error:
+            raise LedgerError(f"{self.path} is not an executor's attempt file ({error}); "
+                              "move it away to start without it") from None  # fmt: skip
+
+    def _write(self) -> None:
+        directory = os.path.dirname(self.path) or "."
+        os.makedirs(directory, exist_ok=True)
+        partial = self.path + ".tmp"
+        with open(partial, "w", encoding="utf-8") as handle:
+            json.dump({"attempts": [asdict(entry) for entry in self.entries.values()]}, handle)
+        os.replace(partial, self.path)
+
+
+class LedgerError(RuntimeError):
+    pass
+
+
+def _stat(pid: int) -> list[str] | None:
+    """Fields 3.. of /proc/<pid>/stat (state first), None without such a process or /proc."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as handle:
+            stat = handle.read()
+    except OSError:
+        return None
+    # The command name (field 2) may hold spaces and parentheses: count from its end.
+    return stat[stat.rfind(")") + 2:].split()
+
+
+def process_started(pid: int) -> str | None:
+    """When process `pid` started (clock ticks since boot, from /proc), None if there is no
+    such process or no /proc: two processes with the same pid and start time are the same."""
+    fields = _stat(pid)
+    return fields[19] if fields is not None and len(fields) > 19 else None
+
+
+def process_alive(pid: int, started: str) -> bool:
+    """Whether the process that started at `started` still runs as `pid` (a zombie, dead but
+    not yet reaped, does not count)."""
+    fields = _stat(pid)
+    return fields is not None and len(fields) > 19 and fields[19] == started and fields[0] != "Z"

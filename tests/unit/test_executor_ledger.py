@@ -1,0 +1,181 @@
+"""The executor's ledger (services/executors/ledger.py): the attempts it runs, kept in a file so
+that a shutdown or the next start after a crash reports them FAILED instead of leaving them
+RUNNING, and stops a process the crashed executor left behind."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+
+import pytest
+
+from services.executors.base import LOST, SHUT_DOWN
+from services.executors.ledger import Entry, Ledger, LedgerError, process_alive, process_started
+from services.executors.process import ProcessExecutor
+from services.executors.simulated import SimulatedExecutor
+
+
+def dispatched(job_id: str, attempt: int = 1) -> dict:
+    return {"kind": "JobDispatched", "jobId": job_id, "attempt": attempt, "jobQueue": "q",
+            "quotaShareName": "qs1", "afterPreemptionOf": []}  # fmt: skip
+
+
+def submitted(job_id: str, **tags: str) -> dict:
+    return {"kind": "JobSubmitted", "jobId": job_id, "tags": tags}
+
+
+class Reports:
+    def __init__(self) -> None:
+        self.sent: list[dict] = []
+        self.down = False
+
+    async def __call__(self, subject: str, data: bytes) -> None:
+        if self.down:
+            raise ConnectionError("the bus is gone")
+        self.sent.append({"subject": subject, **json.loads(data)})
+
+    def of(self, job_id: str) -> list[tuple[int, str, str | None]]:
+        return [(r["attempt"], r["status"], r.get("statusReason")) for r in self.sent
+                if r["jobId"] == job_id]  # fmt: skip
+
+
+def listed(path) -> list[tuple[str, int]]:
+    return [(e["job_id"], e["attempt"]) for e in json.loads(path.read_text())["attempts"]]
+
+
+def test_the_ledger_survives_a_new_instance_and_refuses_a_foreign_file(tmp_path):
+    path = tmp_path / "state" / "executor-x.json"
+    ledger = Ledger(str(path))
+    ledger.record(Entry("j1", 1, "q", "qs1"))
+    ledger.record(Entry("j2", 3, "q", "qs2", pid=42, pid_started="7"))
+    ledger.forget("j1", 1)
+    assert list(Ledger(str(path)).entries.values()) == [Entry("j2", 3, "q", "qs2", 42, "7")]
+    path.write_text('{"something": "else"}')
+    with pytest.raises(LedgerError, match="not an executor's attempt file"):
+        Ledger(str(path))
+    path.write_text("{not json")
+    with pytest.raises(LedgerError, match="cannot read"):
+        Ledger(str(path))
+
+
+async def test_a_running_attempt_is_listed_until_its_end_is_reported(tmp_path):
+    path = tmp_path / "executor-sim.json"
+    reports = Reports()
+    executor = SimulatedExecutor(reports, speed=20.0, ledger=Ledger(str(path)))
+    try:
+        await executor.on_fact(submitted("j1", duration="1"))
+        await executor.on_fact(dispatched("j1"))
+        assert listed(path) == [("j1", 1)]
+        await asyncio.wait_for(executor.running["j1"].stopped.wait(), 10.0)
+        assert listed(path) == []
+        assert reports.of("j1") == [(1, "STARTING", None), (1, "RUNNING", None),
+                                    (1, "SUCCEEDED", None)]  # fmt: skip
+    finally:
+        await executor.close()
+
+
+async def test_an_attempt_the_scheduler_stops_leaves_the_ledger_without_a_report(tmp_path):
+    path = tmp_path / "executor-sim.json"
+    reports = Reports()
+    executor = SimulatedExecutor(reports, speed=1.0, ledger=Ledger(str(path)))
+    try:
+        await executor.on_fact(submitted("j1", duration="60"))
+        await executor.on_fact(dispatched("j1"))
+        await asyncio.sleep(0.05)
+        await executor.on_fact({"kind": "JobPreempted", "jobId": "j1", "attempt": 1})
+        assert listed(path) == []
+        assert [status for _, status, _ in reports.of("j1")] == ["STARTING", "RUNNING"]
+    finally:
+        await executor.close()
+
+
+async def test_a_shutdown_reports_the_attempts_it_interrupts_or_leaves_them_listed(tmp_path):
+    path = tmp_path / "executor-sim.json"
+    reports = Reports()
+    executor = SimulatedExecutor(reports, speed=1.0, ledger=Ledger(str(path)))
+    for job_id in ("j1", "j2"):
+        await executor.on_fact(submitted(job_id, duration="60"))
+        await executor.on_fact(dispatched(job_id))
+    await asyncio.sleep(0.05)
+    await executor.close()
+    assert reports.of("j1")[-1] == (1, "FAILED", SHUT_DOWN)
+    assert reports.of("j2")[-1] == (1, "FAILED", SHUT_DOWN)
+    assert listed(path) == []
+
+    executor = SimulatedExecutor(reports, speed=1.0, ledger=Ledger(str(path)))
+    await executor.on_fact(submitted("j3", duration="60"))
+    await executor.on_fact(dispatched("j3"))
+    await asyncio.sleep(0.05)
+    reports.down = True  # the shutdown cannot tell the scheduler: the next start will
+    await executor.close()
+    assert listed(path) == [("j3", 1)]
+
+
+async def test_the_next_start_reports_lost_attempts_and_never_starts_them_again(tmp_path):
+    path = tmp_path / "executor-sim.json"
+    Ledger(str(path)).record(Entry("lost", 2, "q", "qs1"))  # what a killed executor left
+    reports = Reports()
+    executor = SimulatedExecutor(reports, speed=20.0, ledger=Ledger(str(path)))
+    try:
+        # the dispatch it had not acked is delivered again: it must not start
+        await executor.on_fact(submitted("lost", duration="1"))
+        await executor.on_fact(dispatched("lost", 2))
+        assert "lost" not in executor.running
+        assert await executor.recover() == 1
+        assert reports.of("lost") == [(2, "FAILED", LOST)]
+        assert reports.sent[0]["subject"] == "qm.cmd.q.qs1.ReportJobStatus"
+        assert listed(path) == []
+        assert await executor.recover() == 0  # once
+        # a later attempt of the same job is a new dispatch: it runs
+        await executor.on_fact(dispatched("lost", 3))
+        await asyncio.wait_for(executor.running["lost"].stopped.wait(), 10.0)
+        assert reports.of("lost")[-1] == (3, "SUCCEEDED", None)
+    finally:
+        await executor.close()
+
+
+async def test_a_process_left_behind_by_a_killed_executor_is_stopped_first(tmp_path):
+    path = tmp_path / "executor-process.json"
+    orphan = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    try:
+        started = process_started(orphan.pid)
+        assert started is not None and process_alive(orphan.pid, started)
+        Ledger(str(path)).record(Entry("j1", 1, "q", "qs1", orphan.pid, started))
+        reports = Reports()
+        executor = ProcessExecutor(reports, grace_s=5.0, ledger=Ledger(str(path)))
+        assert await executor.recover() == 1
+        assert orphan.wait(5) == -15  # SIGTERM, to its process group
+        assert reports.of("j1") == [(1, "FAILED", LOST)]
+        assert listed(path) == []
+    finally:
+        if orphan.poll() is None:
+            orphan.kill()
+            orphan.wait()
+
+
+async def test_a_recorded_pid_now_naming_another_process_is_left_alone(tmp_path):
+    path = tmp_path / "executor-process.json"
+    other = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    try:
+        # the same pid, but not the process the previous executor started (another start time)
+        Ledger(str(path)).record(Entry("j1", 1, "q", "qs1", other.pid, "1"))
+        reports = Reports()
+        executor = ProcessExecutor(reports, grace_s=1.0, ledger=Ledger(str(path)))
+        assert await executor.recover() == 1
+        assert other.poll() is None
+        assert reports.of("j1") == [(1, "FAILED", LOST)]
+    finally:
+        other.kill()
+        other.wait()
+
+
+async def test_how_to_run_a_job_is_kept_until_the_job_is_over():
+    executor = SimulatedExecutor(Reports())
+    for job_id in ("done", "failed", "dropped", "retried"):
+        executor.learn(submitted(job_id, duration="1"))
+    executor.learn({"kind": "JobStatusChanged", "jobId": "done", "status": "SUCCEEDED"})
+    executor.learn({"kind": "JobStatusChanged", "jobId": "failed", "status": "FAILED"})
+    executor.learn({"kind": "JobPreempted", "jobId": "dropped", "outcome": "FAILED"})
+    executor.learn({"kind": "JobStatusChanged", "jobId": "retried", "status": "RUNNABLE"})
+    assert list(executor.specs) == ["retried"]
