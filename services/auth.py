@@ -2,8 +2,8 @@
 and how a process presents its credentials.
 
 `quotasched auth generate` turns a configuration (the YAML of `quotasched config apply`, or a
-command file) into a nats-server configuration fragment with one user per role, and one
-credentials file per role.  The roles:
+command file) into a nats-server configuration fragment with one user per role (its password
+only as a bcrypt hash), and one credentials file per role (the password itself).  The roles:
 
   admin                  configures everything; every subject
   scheduler, projector   the services; only the scheduler may append to the fact log
@@ -100,17 +100,32 @@ class Role:
         return f"_INBOX_{self.name}"
 
     def user(self) -> dict[str, Any]:
+        """The server's entry for this role: the password only as a bcrypt hash, which
+        nats-server checks a client's password against (so the server's configuration holds
+        nothing a client could log in with)."""
         permissions: dict[str, Any] = {"publish": {"allow": self.publish},
                                        "subscribe": {"allow": [*self.subscribe, f"{self.inbox}.>"]}}
         if self.allow_responses:
             permissions["allow_responses"] = True
-        return {"user": self.name, "password": self.password, "permissions": permissions}
+        return {"user": self.name, "password": password_hash(self.password),
+                "permissions": permissions}  # fmt: skip
 
     def environment(self, tls_ca: str | None = None) -> dict[str, str]:
         env = {USER_ENV: self.name, PASSWORD_ENV: self.password, INBOX_ENV: self.inbox}
         if tls_ca:
             env[TLS_CA_ENV] = tls_ca
         return env
+
+
+BCRYPT_COST = 11  # nats-server's own `nats server passwd` default
+
+
+def password_hash(password: str) -> str:
+    """bcrypt, with the `$2a$` prefix nats-server recognises as a hash."""
+    import bcrypt
+
+    salt = bcrypt.gensalt(rounds=BCRYPT_COST, prefix=b"2a")
+    return bcrypt.hashpw(password.encode(), salt).decode()
 
 
 def _js(*verbs: str) -> list[str]:
