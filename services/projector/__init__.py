@@ -7,9 +7,13 @@
     query(url, "describe-service-job", jobId="high")
     query(url, "position")             # last applied fact seq, and lag behind the log
 
-service.py  the consumer loop: ordered consumer from the file's position + 1, batches,
-            `projections.store.apply`, one transaction per batch (rows + position)
+service.py  the `Projector`: start, run, watch the log, stop; built from the parts below
+reading.py  the consumer loop: ordered consumer from the file's position + 1, batches
+applying.py `projections.store.apply`, one transaction per batch (rows + position), then
+            `qm.projected`; checkpoints when the log goes quiet
+answering.py  requests in, answers out (the subscription side of the read API)
 api.py      the read verbs: request -> answer, on a cursor of the projector's connection
+options.py  `ProjectorOptions`; errors.py `ProjectorError`, `ProjectorHalted`
 client.py   `query(nats_url, verb, **params)` and its async forms, for other processes
 thread.py   the projector on its own thread and event loop (how `quotasched up` runs it)
 
