@@ -1,0 +1,85 @@
+"""The fields of each resource as a plan compares and shows them: one Aspect per field, with
+its comparison form (equal keys are no change: the order of capacity limits, or LEND_AND_BORROW
+without borrowLimit versus AWS's -1), its display form, and whether the contract's Update*
+command can change it (IMMUTABLE says why not)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from events.values import ResourceSharingConfiguration, SharingStrategy
+
+
+def _limits(items) -> dict[str, int]:
+    return {item.capacity_unit: item.max_capacity for item in items}
+
+
+def _show_limits(items) -> str:
+    return ", ".join(f"{item.max_capacity} {item.capacity_unit}" for item in items)
+
+
+def _sharing(config: ResourceSharingConfiguration) -> ResourceSharingConfiguration:
+    """As the scheduler records it: LEND_AND_BORROW without borrowLimit means -1."""
+    if config.strategy is SharingStrategy.LEND_AND_BORROW and config.borrow_limit is None:
+        return ResourceSharingConfiguration(strategy=config.strategy, borrow_limit=-1)
+    return config
+
+
+def _show_sharing(config: ResourceSharingConfiguration) -> str:
+    config = _sharing(config)
+    if config.borrow_limit is None:
+        return config.strategy.value
+    return f"{config.strategy.value} (borrowLimit {config.borrow_limit})"
+
+
+def _show_actions(actions) -> str:
+    if not actions:
+        return "none"
+    return "; ".join(f"{a.action.value} after {a.max_time_seconds}s {a.state.value} "
+                     f"with {a.reason.value}" for a in actions)  # fmt: skip
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+@dataclass(frozen=True)
+class Aspect:
+    """One field of a resource as the plan compares and shows it.  `attribute` names it on
+    the Create command and, when `mutable`, on the Update command too."""
+
+    field: str  # as in the file
+    attribute: str
+    show: Callable[[Any], Any] = _same
+    key: Callable[[Any], Any] = _same  # the comparison form: equal keys are no change
+    mutable: bool = True
+
+
+STATE = Aspect("state", "state", show=lambda state: state.value)
+LIMITS = Aspect("capacityLimits", "capacity_limits", show=_show_limits, key=_limits)
+ASPECTS: dict[str, tuple[Aspect, ...]] = {
+    "service environment": (LIMITS, STATE),
+    "scheduling policy": (
+        Aspect("quotaSharePolicy", "quota_share_policy", mutable=False,
+               show=lambda p: p.idle_resource_assignment_strategy.value),),
+    "job queue": (
+        Aspect("serviceEnvironmentOrder", "service_environment_order", mutable=False,
+               show=lambda order: order[0].service_environment),
+        Aspect("schedulingPolicy", "scheduling_policy", mutable=False),
+        Aspect("priority", "priority"), STATE,
+        Aspect("jobStateTimeLimitActions", "job_state_time_limit_actions", show=_show_actions,
+               key=lambda actions: sorted(a.model_dump_json(by_alias=True) for a in actions))),
+    "quota share": (
+        LIMITS,
+        Aspect("resourceSharingConfiguration", "resource_sharing_configuration",
+               show=_show_sharing, key=_sharing),
+        Aspect("preemptionConfiguration", "preemption_configuration",
+               show=lambda p: f"inSharePreemption {p.in_share_preemption.value}"), STATE),
+}  # fmt: skip
+IMMUTABLE = {
+    "scheduling policy": "the contract has no UpdateSchedulingPolicy",
+    "job queue": "the contract's UpdateJobQueue changes only state, priority and "
+                 "jobStateTimeLimitActions; declare a new job queue instead",
+}  # fmt: skip
