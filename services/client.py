@@ -11,34 +11,28 @@
 for the facts the scheduler decided for it, and ask the scheduler read questions over NATS
 request/reply.  `AsyncTrainingQueue` / `AsyncTrainingQueuedJob` are the async API; the
 `TrainingQueue` / `TrainingQueuedJob` classes run the same code on a private event loop.
+
+This module is the SDK's public face; its helpers live beside it: `client_reads` (routing
+read requests, retries while no leader answers, merging a fan-out), `client_commands`
+(commands in, decisions out, `ClientError`) and `client_loop` (the sync API's event loop).
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import os
-import re
-import threading
-from collections.abc import Coroutine
 from typing import Any
 
-from nats.errors import NoRespondersError
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
-from events.base import NAME_PATTERN
-from events.codec import decode_command, decode_fact
-from events.facts import CommandRejected, Fact
-from events.subjects import ANY, API_PREFIX, COMMANDS_STREAM, FACTS_STREAM, subject_for_command
+from events.facts import Fact
+from events.subjects import ANY, COMMANDS_STREAM, FACTS_STREAM, subject_for_command
 from services.bus import connect
+from services.client_commands import ClientError, as_command, await_decision, raise_if_rejected
+from services.client_loop import _Loop
+from services.client_reads import HANDOVER_WAIT_S, RESPONDER_WAIT_S, ask, merge, queue_of  # noqa: F401
 
 DEFAULT_URL = "nats://127.0.0.1:4222"
-RESPONDER_WAIT_S = 8.0  # a lease TTL (6 s) and then some: how long a read waits for a leader
-HANDOVER_WAIT_S = 2.5  # a partition handed over is taken within a quarter TTL and a recovery
-
-
-class ClientError(Exception):
-    """The scheduler refused a command or a request (AWS's ClientException)."""
 
 
 def resolve_url(url: str | None) -> str:
@@ -70,36 +64,20 @@ class Bus:
         any other to `qm.api.~.<verb>`.  A scheduler partitioned per job queue answers the
         latter from its fleet partition, or names the queues that hold the answer
         (`redirect`); then each is asked and the answers are merged."""
-        queue = _queue_of(params.get("jobQueue"))
+        queue = queue_of(params.get("jobQueue"))
         answer = await self._ask(queue or ANY, verb, params, timeout)
         if isinstance(answer, dict) and "redirect" in answer:
             asked = [self._ask(name, verb, params, timeout, missing_ok=True)
                      for name in answer["redirect"]]  # fmt: skip
-            answer = _merge(verb, [a for a in await asyncio.gather(*asked) if a is not None])
+            answer = merge(verb, [a for a in await asyncio.gather(*asked) if a is not None])
         if isinstance(answer, dict) and "error" in answer:
             raise ClientError(answer["error"]["message"])
         return answer
 
     async def _ask(self, queue: str, verb: str, params: dict, timeout: float,
                    missing_ok: bool = False) -> dict[str, Any] | None:  # fmt: skip
-        """One request; while nobody answers (a leader changing hands: a failover, or a
-        partition handed over to another process), asked again for up to RESPONDER_WAIT_S,
-        or HANDOVER_WAIT_S for one queue of a fan-out (`missing_ok`: a queue that no
-        scheduler serves has nothing to say, and gives None)."""
-        loop = asyncio.get_running_loop()
-        wait = HANDOVER_WAIT_S if missing_ok else RESPONDER_WAIT_S
-        deadline = loop.time() + min(timeout, wait)
-        while True:
-            try:
-                reply = await self.nc.request(f"{API_PREFIX}.{queue}.{verb}",
-                                              json.dumps(params).encode(), timeout=timeout)  # fmt: skip
-                return json.loads(reply.data)
-            except NoRespondersError:
-                if loop.time() >= deadline:
-                    if missing_ok:
-                        return None
-                    raise
-                await asyncio.sleep(0.2)
+        """One request, asked again while no leader answers (see `client_reads.ask`)."""
+        return await ask(self, queue, verb, params, timeout, missing_ok)
 
     async def route(self, job_id: str) -> tuple[str, str]:
         job = await self.request("describe-service-job", jobId=job_id)
@@ -107,7 +85,7 @@ class Bus:
 
     async def publish(self, command: Any, route: tuple[str, str] | None = None) -> int:
         """Store one command (a model, a dict or JSON text); returns its stream sequence."""
-        command, data = _as_command(command)
+        command, data = as_command(command)
         if route is None and command.kind in ("UpdateServiceJob", "TerminateServiceJob",
                                               "ReportJobStatus"):  # fmt: skip
             route = await self.route(command.job_id)
@@ -129,72 +107,9 @@ class Bus:
         )  # fmt: skip
         try:
             seq = await self.publish(command, route)
-            decided: list[Fact] = []
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + timeout
-            while True:
-                remaining = deadline - loop.time()
-                if remaining <= 0:
-                    raise TimeoutError(f"no decision for command {seq} within {timeout}s")
-                try:
-                    msg = await asyncio.wait_for(facts.get(), remaining)
-                except (asyncio.TimeoutError, TimeoutError):
-                    raise TimeoutError(
-                        f"command {seq} was stored but no decision arrived within {timeout}s; "
-                        "is a scheduler running?"
-                    ) from None
-                fact = decode_fact(msg.data)
-                if fact.command_seq != seq:
-                    if decided:
-                        return decided
-                    continue
-                decided.append(fact)
-                count = int((msg.headers or {}).get("Qm-Facts", "1"))
-                if len(decided) >= count:
-                    return decided
+            return await await_decision(facts, seq, timeout)
         finally:
             await sub.unsubscribe()
-
-
-def _queue_of(value: Any) -> str | None:
-    """A job queue's name from a name or an ARN (`...:job-queue/<name>`)."""
-    if not isinstance(value, str) or not value:
-        return None
-    name = value.rsplit("job-queue/", 1)[-1].split("/", 1)[0]
-    return name if re.match(NAME_PATTERN, name) else None
-
-
-def _merge(verb: str, answers: list[dict[str, Any]]) -> dict[str, Any]:
-    """One answer from those of several job queues' partitions: the lists of every queue
-    that answered without an error, concatenated (a job lives in one queue: the others say it
-    does not exist), or the first error when none could answer."""
-    found = [answer for answer in answers if "error" not in answer]
-    if not found:
-        return answers[0] if answers else {
-            "error": {"type": "ClientException", "message": f"no job queue could answer {verb}"}}
-    merged = dict(found[0])
-    for answer in found[1:]:
-        for key, value in answer.items():
-            if isinstance(value, list) and isinstance(merged.get(key), list):
-                merged[key] = merged[key] + value
-    return merged
-
-
-def _as_command(command: Any):
-    if isinstance(command, (str, bytes)):
-        data = command.encode() if isinstance(command, str) else command
-    elif isinstance(command, dict):
-        data = json.dumps(command).encode()
-    else:
-        data = command.model_dump_json(by_alias=True, exclude_none=True).encode()
-    return decode_command(data), data
-
-
-def raise_if_rejected(facts: list[Fact]) -> list[Fact]:
-    for fact in facts:
-        if isinstance(fact, CommandRejected):
-            raise ClientError(fact.status_reason)
-    return facts
 
 
 # -- SageMaker-SDK-shaped API ----------------------------------------------------------------
@@ -305,18 +220,6 @@ class AsyncTrainingQueue:
 
     async def snapshot(self) -> dict[str, Any]:
         return await self.bus.request("get-job-queue-snapshot", jobQueue=self.queue_name)
-
-
-class _Loop:
-    """A private event loop on a daemon thread, so the sync API works anywhere."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-
-    def run(self, coroutine: Coroutine) -> Any:
-        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
 
 
 class TrainingQueuedJob:

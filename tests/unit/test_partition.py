@@ -9,7 +9,8 @@ import pytest
 
 from events.codec import decode_command
 from events.subjects import parse_command_subject, subject_for_command
-from services.client import _merge, _queue_of
+from services.client_reads import merge as _merge
+from services.client_reads import queue_of as _queue_of
 from services.scheduler.api import answer_in
 from services.scheduler.core import State
 from services.scheduler.partition import Partition, partition_mode

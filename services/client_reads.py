@@ -1,0 +1,68 @@
+"""The client's read requests: routing a question to the job queue that can answer it, asking
+again while no leader answers, and merging the answers of a fan-out over several job queues.
+
+A request naming a job queue goes to `qm.api.<queue>.<verb>`, any other to `qm.api.~.<verb>`;
+a scheduler partitioned per job queue may answer the latter with a `redirect` naming the
+queues that hold the answer (see `services.client.Bus.request`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from typing import Any
+
+from nats.errors import NoRespondersError
+
+from events.base import NAME_PATTERN
+from events.subjects import API_PREFIX
+
+RESPONDER_WAIT_S = 8.0  # a lease TTL (6 s) and then some: how long a read waits for a leader
+HANDOVER_WAIT_S = 2.5  # a partition handed over is taken within a quarter TTL and a recovery
+
+
+async def ask(bus: Any, queue: str, verb: str, params: dict, timeout: float,
+              missing_ok: bool = False) -> dict[str, Any] | None:  # fmt: skip
+    """One request; while nobody answers (a leader changing hands: a failover, or a
+    partition handed over to another process), asked again for up to RESPONDER_WAIT_S,
+    or HANDOVER_WAIT_S for one queue of a fan-out (`missing_ok`: a queue that no
+    scheduler serves has nothing to say, and gives None)."""
+    loop = asyncio.get_running_loop()
+    wait = HANDOVER_WAIT_S if missing_ok else RESPONDER_WAIT_S
+    deadline = loop.time() + min(timeout, wait)
+    while True:
+        try:
+            reply = await bus.nc.request(f"{API_PREFIX}.{queue}.{verb}",
+                                         json.dumps(params).encode(), timeout=timeout)  # fmt: skip
+            return json.loads(reply.data)
+        except NoRespondersError:
+            if loop.time() >= deadline:
+                if missing_ok:
+                    return None
+                raise
+            await asyncio.sleep(0.2)
+
+
+def queue_of(value: Any) -> str | None:
+    """A job queue's name from a name or an ARN (`...:job-queue/<name>`)."""
+    if not isinstance(value, str) or not value:
+        return None
+    name = value.rsplit("job-queue/", 1)[-1].split("/", 1)[0]
+    return name if re.match(NAME_PATTERN, name) else None
+
+
+def merge(verb: str, answers: list[dict[str, Any]]) -> dict[str, Any]:
+    """One answer from those of several job queues' partitions: the lists of every queue
+    that answered without an error, concatenated (a job lives in one queue: the others say it
+    does not exist), or the first error when none could answer."""
+    found = [answer for answer in answers if "error" not in answer]
+    if not found:
+        return answers[0] if answers else {
+            "error": {"type": "ClientException", "message": f"no job queue could answer {verb}"}}
+    merged = dict(found[0])
+    for answer in found[1:]:
+        for key, value in answer.items():
+            if isinstance(value, list) and isinstance(merged.get(key), list):
+                merged[key] = merged[key] + value
+    return merged
