@@ -38,9 +38,8 @@ def build_executor(broker: NatsBroker, kind: str, *, speed: float = 1.0, grace_s
 
     if kind not in ("simulated", "process"):
         raise ValueError(f"unknown executor kind {kind!r}: simulated or process")
-    ledger = None
-    if state_dir is not None:
-        ledger = Ledger(os.path.join(state_dir, f"executor-{name or kind}.json"))
+    durable = f"executor-{name or kind}"
+    ledger = Ledger(os.path.join(state_dir, f"{durable}.json")) if state_dir is not None else None
     if kind == "simulated":
         executor: Executor = SimulatedExecutor(publish, speed=speed, ledger=ledger)
     else:
@@ -56,11 +55,11 @@ def build_executor(broker: NatsBroker, kind: str, *, speed: float = 1.0, grace_s
         warnings.simplefilter("ignore", RuntimeWarning)
         broker.subscriber(
             "qm.fact.>", stream=JStream(FACTS_STREAM, declare=False),
-            durable=f"executor-{name or kind}", deliver_policy=DeliverPolicy.ALL,
+            durable=durable, deliver_policy=DeliverPolicy.ALL,
             ack_policy=AckPolicy.ACK,
         )(on_fact)  # fmt: skip
 
-    executor.consumer = f"executor-{name or kind}"
+    executor.consumer = durable
     return executor
 
 
