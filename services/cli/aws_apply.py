@@ -16,12 +16,12 @@ from services.cli.aws_options import (
     PANEL_LOG,
     Failure,
     NatsUrl,
-    _verb,
+    register_verb,
 )
-from services.cli.aws_session import _no_scheduler, _no_streams, _publish, _run, _session
+from services.cli.aws_session import no_scheduler, no_streams, publish, run, session
 
 
-class _Decisions:
+class Decisions:
     """The facts recorded for the commands this process publishes, by command seq (the
     scheduler writes them all at once, and each carries the count in its `Qm-Facts` header)."""
 
@@ -42,7 +42,7 @@ class _Decisions:
                                    stream=FACTS_STREAM,
                                    config=ConsumerConfig(deliver_policy=DeliverPolicy.NEW))
         except NotFoundError:
-            raise _no_streams(bus.url) from None
+            raise no_streams(bus.url) from None
 
     async def _on_fact(self, msg) -> None:
         from events.codec import decode_fact
@@ -98,7 +98,7 @@ def _read_lines(path: str) -> list[_Line]:
             enumerate(data.split(b"\n"), start=1) if line.strip()]  # fmt: skip
 
 
-@_verb("apply", PANEL_LOG)
+@register_verb("apply", PANEL_LOG)
 def apply(
     file: Annotated[str, typer.Argument(
         help="Command file: JSON Lines, the format `quotasched replay` reads ('-': stdin).")],
@@ -134,13 +134,13 @@ def apply(
         typer.echo(f"quotasched apply: {len(invalid)} invalid line(s); nothing was published "
                    f"(--keep-invalid publishes them to be recorded as refused)", err=True)
         raise typer.Exit(EXIT_USAGE)
-    _run(lambda: _apply(file, lines, wait, wait_timeout, nats_url))
+    run(lambda: _apply(file, lines, wait, wait_timeout, nats_url))
 
 
 async def _apply(path: str, lines: list[_Line], wait: bool, timeout: float,
                  url: str | None) -> int:  # fmt: skip
-    async with _session(url) as bus:
-        decisions = _Decisions()
+    async with session(url) as bus:
+        decisions = Decisions()
         await decisions.start(bus)
         file_routes: dict[str, tuple[str, str]] = {}
         derived: list[int] = []  # seqs of submissions whose job id the scheduler derives
@@ -179,7 +179,7 @@ def _seq_range(published: list[tuple[_Line, int]]) -> str:
 
 
 def _report(path: str, published: list[tuple[_Line, int]], awaited: list[int],
-            undecided: list[int], decisions: _Decisions, summary: str, timeout: float) -> int:
+            undecided: list[int], decisions: Decisions, summary: str, timeout: float) -> int:
     refused = [(line, fact) for line, seq in published for fact in decisions.facts.get(seq, [])
                if fact.kind == "CommandRejected"]  # fmt: skip
     for line, fact in refused:
@@ -196,7 +196,7 @@ def _report(path: str, published: list[tuple[_Line, int]], awaited: list[int],
 
 
 async def _publish_line(bus, line: _Line, file_routes: dict, derived: list[int],
-                        decisions: _Decisions, timeout: float) -> int:  # fmt: skip
+                        decisions: Decisions, timeout: float) -> int:  # fmt: skip
     import re
 
     from events.subjects import COMMANDS_STREAM, JOB_ID_COMMANDS, command_subject
@@ -212,10 +212,10 @@ async def _publish_line(bus, line: _Line, file_routes: dict, derived: list[int],
         route = file_routes.get(command.job_id) or decisions.routes.get(command.job_id)
         if route is None:
             route = await _route_of(bus, command.job_id, derived, decisions, timeout)
-    return await _publish(bus, line.raw, route)
+    return await publish(bus, line.raw, route)
 
 
-async def _route_of(bus, job_id: str, derived: list[int], decisions: _Decisions,
+async def _route_of(bus, job_id: str, derived: list[int], decisions: Decisions,
                     timeout: float) -> tuple:  # fmt: skip
     """The (queue, share) of a job the file did not name: maybe one of the file's own
     submissions with a derived id (wait for those decisions), else what the scheduler knows."""
@@ -232,4 +232,4 @@ async def _route_of(bus, job_id: str, derived: list[int], decisions: _Decisions,
     except ClientError:
         return (None, None)  # unknown job: published anyway, so the refusal is on record
     except (NoRespondersError, TimeoutError):
-        raise _no_scheduler(bus.url) from None
+        raise no_scheduler(bus.url) from None

@@ -9,11 +9,11 @@ from typing import Annotated, Optional
 
 import typer
 
-from services.cli.aws_options import EXIT_USAGE, PANEL_LOG, NatsUrl, _name, _verb
-from services.cli.aws_session import _no_streams, _run, _session
+from services.cli.aws_options import EXIT_USAGE, PANEL_LOG, NatsUrl, name_from_arn, register_verb
+from services.cli.aws_session import no_streams, run, session
 
 
-@_verb("facts", PANEL_LOG)
+@register_verb("facts", PANEL_LOG)
 def facts(
     follow: Annotated[bool, typer.Option(
         "--follow", "-f", help="Keep printing new facts as they are recorded.")] = False,
@@ -34,7 +34,7 @@ def facts(
     if quota_share_name and not job_queue:
         typer.echo("quotasched facts: --quota-share-name goes with --job-queue", err=True)
         raise typer.Exit(EXIT_USAGE)
-    _run(lambda: _print_facts(nats_url, follow, job_queue, quota_share_name))
+    run(lambda: _print_facts(nats_url, follow, job_queue, quota_share_name))
 
 
 async def _print_facts(url: str | None, follow: bool, job_queue: str | None,
@@ -44,8 +44,8 @@ async def _print_facts(url: str | None, follow: bool, job_queue: str | None,
 
     from events.subjects import facts_filter
 
-    subject = facts_filter(_name(job_queue) if job_queue else None, share)
-    async with _session(url, reconnect_forever=follow) as bus:
+    subject = facts_filter(name_from_arn(job_queue) if job_queue else None, share)
+    async with session(url, reconnect_forever=follow) as bus:
         reader = asyncio.create_task(_copy_facts(bus, subject, follow))
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -77,7 +77,7 @@ async def _copy_facts(bus, subject: str, follow: bool) -> None:
                 if follow:
                     out.flush()
     except NotFoundError:
-        raise _no_streams(bus.url) from None
+        raise no_streams(bus.url) from None
 
 
 def _canonical(data: bytes) -> str:

@@ -23,21 +23,21 @@ from services.cli.aws_options import (
     Tags,
     Wait,
     WaitTimeout,
-    _many,
-    _name,
-    _one,
-    _verb,
+    many,
+    name_from_arn,
+    one,
+    register_verb,
 )
-from services.cli.aws_output import JOB_COLUMNS, _emit, _render_items, _render_snapshot
+from services.cli.aws_output import JOB_COLUMNS, emit, render_items, render_snapshot
 from services.cli.aws_session import (
-    _ask,
-    _checked,
-    _decide,
-    _fact_documents,
-    _publish,
-    _run,
-    _send,
-    _session,
+    ask,
+    checked,
+    decide,
+    fact_documents,
+    publish,
+    run,
+    send,
+    session,
 )
 from services.cli.shorthand import load_file
 
@@ -84,7 +84,7 @@ SubmitWait = Annotated[Optional[bool], typer.Option(
          "is stored (needs --job-id).  Neither: wait for the decision, print the id.")]
 
 
-@_verb("submit-service-job")
+@register_verb("submit-service-job")
 def submit_service_job(
     job_name: Annotated[str, typer.Option("--job-name")],
     job_queue: Annotated[str, typer.Option("--job-queue", help="Name or ARN.")],
@@ -122,41 +122,41 @@ def submit_service_job(
             raise Failure("submit-service-job: --no-wait needs --job-id (without it the job id "
                           "is known only once the scheduler decided)", EXIT_USAGE)  # fmt: skip
         need = _need(service_request_payload, instance_type, instance_count, capacity_usage)
-        return _checked("SubmitServiceJob", {
+        return checked("SubmitServiceJob", {
             "kind": "SubmitServiceJob", "jobName": job_name, "jobQueue": job_queue,
             "quotaShareName": quota_share_name, **need, "jobId": job_id,
             "schedulingPriority": scheduling_priority, "shareIdentifier": share_identifier,
-            "preemptionConfiguration": _one("--preemption-configuration",
-                                            preemption_configuration,
-                                            "jobPreemptionConfiguration"),
-            "retryStrategy": _one("--retry-strategy", retry_strategy, "retryStrategy"),
-            "timeoutConfig": _one("--timeout-config", timeout_config, "timeoutConfig"),
-            "tags": _one("--tags", tags, "tags"), "clientToken": client_token,
+            "preemptionConfiguration": one("--preemption-configuration",
+                                           preemption_configuration,
+                                           "jobPreemptionConfiguration"),
+            "retryStrategy": one("--retry-strategy", retry_strategy, "retryStrategy"),
+            "timeoutConfig": one("--timeout-config", timeout_config, "timeoutConfig"),
+            "tags": one("--tags", tags, "tags"), "clientToken": client_token,
             "serviceJobType": service_job_type,
         })  # fmt: skip
 
-    _run(lambda: _submit(nats_url, build, job_name, job_id, wait, wait_timeout, output))
+    run(lambda: _submit(nats_url, build, job_name, job_id, wait, wait_timeout, output))
 
 
 async def _submit(url: str | None, build: Callable[[], dict[str, Any]], job_name: str,
                   job_id: str | None, wait: bool | None, timeout: float,
                   output: Output) -> None:  # fmt: skip
-    """Builds (inside `_run`, so a bad option exits 2) and publishes the submission; unless
+    """Builds (inside `run`, so a bad option exits 2) and publishes the submission; unless
     --no-wait, waits for the decision, which names the job id; prints the AWS answer."""
     command = build()
-    async with _session(url) as bus:
+    async with session(url) as bus:
         if wait is False:
-            decided_id, seq, facts = job_id, await _publish(bus, command), None
+            decided_id, seq, facts = job_id, await publish(bus, command), None
         else:
-            facts = await _decide(bus, "SubmitServiceJob", command, timeout)
+            facts = await decide(bus, "SubmitServiceJob", command, timeout)
             submitted = next(f for f in facts if f.kind in ("JobSubmitted",
                                                             "SubmissionDeduplicated"))
             decided_id, seq = submitted.job_id, submitted.command_seq
     response = {"jobArn": _job_arn(decided_id), "jobName": job_name, "jobId": decided_id,
                 "commandSeq": seq}  # fmt: skip
     if wait:
-        response["facts"] = _fact_documents(facts)
-    _emit(response, output)
+        response["facts"] = fact_documents(facts)
+    emit(response, output)
 
 
 def _need(payload: str | None, instance_type: str | None, instance_count: int | None,
@@ -175,7 +175,7 @@ def _need(payload: str | None, instance_type: str | None, instance_count: int | 
     if instance_type:
         return {"capacityUsage": [{"capacityUnit": instance_type,
                                    "quantity": instance_count or 1}]}  # fmt: skip
-    return {"capacityUsage": _many("--capacity-usage", capacity_usage, "capacityUsage")}
+    return {"capacityUsage": many("--capacity-usage", capacity_usage, "capacityUsage")}
 
 
 async def _job_write(url: str | None, operation: str, command: dict[str, Any],
@@ -183,19 +183,19 @@ async def _job_write(url: str | None, operation: str, command: dict[str, Any],
                      output: Output) -> None:  # fmt: skip
     """A command about one job: its route is the job's (queue, share), asked of the
     scheduler, and an unknown job fails like AWS's ClientException (exit 1)."""
-    command = _checked(operation, command)
-    async with _session(url) as bus:
-        job = await _ask(bus, operation, "describe-service-job", jobId=command["jobId"])
+    command = checked(operation, command)
+    async with session(url) as bus:
+        job = await ask(bus, operation, "describe-service-job", jobId=command["jobId"])
         route = (job["jobQueue"], job["quotaShareName"])
         command = {**command, "jobId": job["jobId"]}
-        response = await _send(bus, operation, command, respond(job), wait, timeout, route)
-    _emit(response, output)
+        response = await send(bus, operation, command, respond(job), wait, timeout, route)
+    emit(response, output)
 
 
 JobIdOpt = Annotated[str, typer.Option("--job-id", help="Job id or job ARN.")]
 
 
-@_verb("update-service-job")
+@register_verb("update-service-job")
 def update_service_job(
     job_id: JobIdOpt,
     scheduling_priority: Annotated[int, typer.Option("--scheduling-priority", help="0-9999.")],
@@ -205,12 +205,12 @@ def update_service_job(
     """Change a job's scheduling priority (may preempt within its share, or make it a victim)."""
     command = {"kind": "UpdateServiceJob", "jobId": job_id,
                "schedulingPriority": scheduling_priority}  # fmt: skip
-    _run(lambda: _job_write(nats_url, "UpdateServiceJob", command, lambda job: {
+    run(lambda: _job_write(nats_url, "UpdateServiceJob", command, lambda job: {
         "jobArn": job["jobArn"], "jobName": job["jobName"], "jobId": job["jobId"],
     }, wait, wait_timeout, output))  # fmt: skip
 
 
-@_verb("terminate-service-job")
+@register_verb("terminate-service-job")
 def terminate_service_job(
     job_id: JobIdOpt,
     reason: Annotated[str, typer.Option("--reason", help="Recorded as the statusReason.")],
@@ -219,29 +219,29 @@ def terminate_service_job(
 ) -> None:
     """Terminate a job; it ends FAILED with isTerminated."""
     command = {"kind": "TerminateServiceJob", "jobId": job_id, "reason": reason}
-    _run(lambda: _job_write(nats_url, "TerminateServiceJob", command, lambda job: {},
-                            wait, wait_timeout, output))  # fmt: skip
+    run(lambda: _job_write(nats_url, "TerminateServiceJob", command, lambda job: {},
+                           wait, wait_timeout, output))  # fmt: skip
 
 
-@_verb("describe-service-job", PANEL_READ)
+@register_verb("describe-service-job", PANEL_READ)
 def describe_service_job(
     job_id: JobIdOpt, output: OutputOpt = Output.json, nats_url: NatsUrl = None,
 ) -> None:
     """Describe one job: status, share, priority, capacity, preemptions, attempts."""
 
     async def work():
-        async with _session(nats_url) as bus:
-            answer = await _ask(bus, "DescribeServiceJob", "describe-service-job", jobId=job_id)
-        _emit(answer, output)
+        async with session(nats_url) as bus:
+            answer = await ask(bus, "DescribeServiceJob", "describe-service-job", jobId=job_id)
+        emit(answer, output)
 
-    _run(work)
+    run(work)
 
 
 FILTER_NAMES = ("JOB_NAME", "BEFORE_CREATED_AT", "AFTER_CREATED_AT", "SHARE_IDENTIFIER",
                 "QUOTA_SHARE_NAME")  # fmt: skip
 
 
-@_verb("list-service-jobs", PANEL_READ)
+@register_verb("list-service-jobs", PANEL_READ)
 def list_service_jobs(
     job_queue: Annotated[str, typer.Option("--job-queue", help="Name or ARN.")],
     job_status: Annotated[Optional[str], typer.Option(
@@ -261,21 +261,21 @@ def list_service_jobs(
     """List a queue's jobs, newest first, like AWS (default status filter: RUNNING)."""
 
     async def work():
-        parsed = _many("--filters", filters, "filters")
+        parsed = many("--filters", filters, "filters")
         for item in parsed or []:
             if not isinstance(item, dict) or item.get("name") not in FILTER_NAMES:
                 raise Failure(f"Error parsing parameter '--filters': each filter needs a name, "
                               f"one of {', '.join(FILTER_NAMES)}; got {item!r}", EXIT_USAGE)
-        async with _session(nats_url) as bus:
-            answer = await _ask(bus, "ListServiceJobs", "list-service-jobs", jobQueue=job_queue,
-                                jobStatus=job_status, filters=parsed, maxResults=max_results)
-        _emit(answer, output, lambda console, doc: _render_items(
-            console, doc["jobSummaryList"], f"Jobs in {_name(job_queue)}", JOB_COLUMNS))
+        async with session(nats_url) as bus:
+            answer = await ask(bus, "ListServiceJobs", "list-service-jobs", jobQueue=job_queue,
+                               jobStatus=job_status, filters=parsed, maxResults=max_results)
+        emit(answer, output, lambda console, doc: render_items(
+            console, doc["jobSummaryList"], f"Jobs in {name_from_arn(job_queue)}", JOB_COLUMNS))
 
-    _run(work)
+    run(work)
 
 
-@_verb("get-job-queue-snapshot", PANEL_READ)
+@register_verb("get-job-queue-snapshot", PANEL_READ)
 def get_job_queue_snapshot(
     job_queue: Annotated[str, typer.Option("--job-queue", help="Name or ARN.")],
     output: OutputOpt = Output.json,
@@ -284,12 +284,12 @@ def get_job_queue_snapshot(
     """The queue's front (next RUNNABLE jobs, per share and overall) and capacity usage."""
 
     async def work():
-        async with _session(nats_url) as bus:
-            answer = await _ask(bus, "GetJobQueueSnapshot", "get-job-queue-snapshot",
-                                jobQueue=job_queue)  # fmt: skip
-        _emit(answer, output, _render_snapshot)
+        async with session(nats_url) as bus:
+            answer = await ask(bus, "GetJobQueueSnapshot", "get-job-queue-snapshot",
+                               jobQueue=job_queue)  # fmt: skip
+        emit(answer, output, render_snapshot)
 
-    _run(work)
+    run(work)
 
 
 def _job_arn(job_id: str) -> str:

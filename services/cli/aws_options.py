@@ -2,8 +2,8 @@
 codes and help panels, the options several verbs share, and parsing option values (names out
 of ARNs, shorthand or JSON structures).
 
-A verb module decorates each verb with `_verb`, which registers it on `cli` with its docstring
-as help; `services.cli.aws` hands the verbs to the `quotasched` app in a fixed order.
+A verb module decorates each verb with `register_verb`, which registers it on `cli` with its
+docstring as help; `services.cli.aws` hands the verbs to the `quotasched` app in a fixed order.
 """
 
 from __future__ import annotations
@@ -67,18 +67,18 @@ WaitTimeout = Annotated[float, typer.Option(
     "--wait-timeout", min=0.1, help="Seconds to wait for a decision (exit 3 after).")]  # fmt: skip
 
 
-def _verb(name: str, panel: str = PANEL_WRITE):
+def register_verb(name: str, panel: str = PANEL_WRITE):
     """Registers an AWS verb, its docstring as help with each paragraph on one line (Typer
     keeps the docstring's line breaks inside paragraphs)."""
 
     def decorate(function):
         return cli.command(name, cls=AwsCommand, rich_help_panel=panel, epilog=EPILOG,
-                           help=_prose(function.__doc__))(function)  # fmt: skip
+                           help=prose(function.__doc__))(function)  # fmt: skip
 
     return decorate
 
 
-def _prose(doc: str | None) -> str:
+def prose(doc: str | None) -> str:
     paragraphs = inspect.cleandoc(doc or "").split("\n\n")
     return "\n\n".join(" ".join(paragraph.split()) for paragraph in paragraphs)
 
@@ -99,13 +99,13 @@ Tags = Annotated[Optional[str], typer.Option("--tags", help="key=value,key=value
                                              show_default=False)]  # fmt: skip
 
 
-def _name(value: str) -> str:
+def name_from_arn(value: str) -> str:
     return value.rsplit("/", 1)[-1] if value.startswith("arn:") else value
 
 
-def _one(option: str, text: str | None, shape_name: str) -> Any:
+def one(option: str, text: str | None, shape_name: str) -> Any:
     return None if text is None else parse_param(option, text, SHAPES[shape_name])
 
 
-def _many(option: str, values: list[str] | None, shape_name: str) -> list | None:
+def many(option: str, values: list[str] | None, shape_name: str) -> list | None:
     return parse_list_param(option, values, SHAPES[shape_name])

@@ -14,11 +14,11 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from services.cli.aws_options import Output, _name
+from services.cli.aws_options import Output, name_from_arn
 
 
-def _emit(document: dict[str, Any], output: Output,
-          render: Callable[[Console, dict], None] | None = None) -> None:  # fmt: skip
+def emit(document: dict[str, Any], output: Output,
+         render: Callable[[Console, dict], None] | None = None) -> None:  # fmt: skip
     if output is Output.json:
         typer.echo(json.dumps(document, indent=4, ensure_ascii=False))
         return
@@ -54,8 +54,8 @@ def _render_facts(console: Console, facts: list[dict[str, Any]]) -> None:
     console.print(table)
 
 
-def _render_items(console: Console, items: list[dict[str, Any]], title: str,
-                  columns: list[tuple[str, str]] | None = None) -> None:  # fmt: skip
+def render_items(console: Console, items: list[dict[str, Any]], title: str,
+                 columns: list[tuple[str, str]] | None = None) -> None:  # fmt: skip
     if columns is None:
         keys = list(dict.fromkeys(key for item in items for key in item))
         columns = [(key, key) for key in keys]
@@ -94,7 +94,7 @@ SHARE_COLUMNS = [("quota share", "quotaShareName"), ("state", "state"),
                  ("preemption", "preemptionConfiguration"), ("in use", "usage")]  # fmt: skip
 
 
-def _render_snapshot(console: Console, snapshot: dict[str, Any]) -> None:
+def render_snapshot(console: Console, snapshot: dict[str, Any]) -> None:
     usage = snapshot["queueUtilization"]
     table = _table("quota share", "in use", title="Queue utilization")
     table.add_row("(total)", _cell("", usage["totalCapacityUsage"]) or "-")
@@ -104,11 +104,11 @@ def _render_snapshot(console: Console, snapshot: dict[str, Any]) -> None:
     fronts = _table("quota share", "first RUNNABLE job", "since", title="Front of quota shares")
     for share, jobs in snapshot["frontOfQuotaShares"]["quotaShares"].items():
         head = jobs[0] if jobs else {}
-        fronts.add_row(share, _name(head.get("jobArn", "")) or "-",
+        fronts.add_row(share, name_from_arn(head.get("jobArn", "")) or "-",
                        _cell("earliestTimeAtPosition", head.get("earliestTimeAtPosition")))
     console.print(fronts)
     queue = _table("#", "job", "since", title="Front of queue")
     for position, job in enumerate(snapshot["frontOfQueue"]["jobs"], start=1):
-        queue.add_row(str(position), _name(job["jobArn"]),
+        queue.add_row(str(position), name_from_arn(job["jobArn"]),
                       _cell("earliestTimeAtPosition", job["earliestTimeAtPosition"]))  # fmt: skip
     console.print(queue)

@@ -16,11 +16,11 @@ from typing import Any
 import typer
 
 from services.cli.aws_options import EXIT_REFUSED, EXIT_UNDECIDED, EXIT_USAGE, Failure, Output
-from services.cli.aws_output import _emit
+from services.cli.aws_output import emit
 from services.cli.shorthand import ShorthandError
 
 
-def _run(work: Callable[[], Awaitable[int | None]]) -> None:
+def run(work: Callable[[], Awaitable[int | None]]) -> None:
     from nats.errors import Error as NatsError
 
     try:
@@ -44,7 +44,7 @@ def _run(work: Callable[[], Awaitable[int | None]]) -> None:
 
 
 @asynccontextmanager
-async def _session(url: str | None, reconnect_forever: bool = False):
+async def session(url: str | None, reconnect_forever: bool = False):
     """A connected `Bus` that gives up at once when the server can't be reached (the
     services' own connection retries forever, which a command line must not)."""
     import nats
@@ -83,18 +83,18 @@ def _aws_error(operation: str, message: str) -> str:
     return f"An error occurred (ClientException) when calling the {operation} operation: {message}"
 
 
-def _no_scheduler(url: str) -> Failure:
+def no_scheduler(url: str) -> Failure:
     return Failure(f"quotasched: no scheduler answered on {url}; start one with "
                    f"`quotasched scheduler --nats-url {url}` (or `quotasched up`)", EXIT_USAGE)
 
 
-def _no_streams(url: str) -> Failure:
+def no_streams(url: str) -> Failure:
     return Failure(f"quotasched: the NATS server at {url} has no quotasched streams yet; "
                    f"start a scheduler against it once (`quotasched scheduler --nats-url {url}`)",
                    EXIT_USAGE)  # fmt: skip
 
 
-async def _ask(bus, operation: str, verb: str, **params: Any) -> dict[str, Any]:
+async def ask(bus, operation: str, verb: str, **params: Any) -> dict[str, Any]:
     from nats.errors import NoRespondersError
 
     from services.client import ClientError
@@ -104,10 +104,10 @@ async def _ask(bus, operation: str, verb: str, **params: Any) -> dict[str, Any]:
     except ClientError as error:
         raise Failure(_aws_error(operation, str(error)), EXIT_REFUSED) from None
     except (NoRespondersError, TimeoutError):
-        raise _no_scheduler(bus.url) from None
+        raise no_scheduler(bus.url) from None
 
 
-def _checked(operation: str, command: dict[str, Any]) -> dict[str, Any]:
+def checked(operation: str, command: dict[str, Any]) -> dict[str, Any]:
     """The command without unset fields, refused here (exit 2) when the contract would."""
     from events.codec import DecodeError, decode_command
 
@@ -120,21 +120,21 @@ def _checked(operation: str, command: dict[str, Any]) -> dict[str, Any]:
     return command
 
 
-async def _publish(bus, command: dict[str, Any], route: tuple | None = None) -> int:
+async def publish(bus, command: dict[str, Any], route: tuple | None = None) -> int:
     from nats.js.errors import NoStreamResponseError
 
     try:
         return await bus.publish(command, route)
     except NoStreamResponseError:
-        raise _no_streams(bus.url) from None
+        raise no_streams(bus.url) from None
     except TimeoutError:
         raise Failure(f"quotasched: JetStream at {bus.url} did not acknowledge the command in "
                       f"time; it may or may not be stored (see `quotasched facts`)",
                       EXIT_UNDECIDED) from None  # fmt: skip
 
 
-async def _decide(bus, operation: str, command: dict[str, Any], timeout: float,
-                  route: tuple | None = None) -> list:  # fmt: skip
+async def decide(bus, operation: str, command: dict[str, Any], timeout: float,
+                 route: tuple | None = None) -> list:  # fmt: skip
     """Publish and wait for the decision; a refusal is a Failure (exit 1)."""
     from nats.js.errors import NotFoundError
 
@@ -143,7 +143,7 @@ async def _decide(bus, operation: str, command: dict[str, Any], timeout: float,
     try:
         facts = await bus.submit_and_wait(command, route, timeout=timeout)
     except NotFoundError:
-        raise _no_streams(bus.url) from None
+        raise no_streams(bus.url) from None
     except TimeoutError as error:
         reason = str(error) or f"no decision within {timeout:g}s"
         raise Failure(f"quotasched: {operation}: {reason}; the command "
@@ -155,27 +155,27 @@ async def _decide(bus, operation: str, command: dict[str, Any], timeout: float,
     return facts
 
 
-def _fact_documents(facts: list) -> list[dict[str, Any]]:
+def fact_documents(facts: list) -> list[dict[str, Any]]:
     from events.codec import encode
 
     return [json.loads(encode(fact)) for fact in facts]
 
 
-async def _write(url: str | None, operation: str, build: Callable[[], tuple[dict, dict]],
-                 wait: bool, timeout: float, output: Output) -> None:  # fmt: skip
+async def write(url: str | None, operation: str, build: Callable[[], tuple[dict, dict]],
+                wait: bool, timeout: float, output: Output) -> None:  # fmt: skip
     """The shape of the configuration verbs: build (parsing shorthand), check, publish (and
     wait), print.  `build` returns the command and the AWS-shaped response."""
     command, response = build()
-    command = _checked(operation, command)
-    async with _session(url) as bus:
-        response = await _send(bus, operation, command, response, wait, timeout)
-    _emit(response, output)
+    command = checked(operation, command)
+    async with session(url) as bus:
+        response = await send(bus, operation, command, response, wait, timeout)
+    emit(response, output)
 
 
-async def _send(bus, operation: str, command: dict[str, Any], response: dict[str, Any],
-                wait: bool, timeout: float, route: tuple | None = None) -> dict[str, Any]:
+async def send(bus, operation: str, command: dict[str, Any], response: dict[str, Any],
+               wait: bool, timeout: float, route: tuple | None = None) -> dict[str, Any]:
     """Publishes; the response gains `commandSeq`, and with `wait` the decision's facts."""
     if not wait:
-        return {**response, "commandSeq": await _publish(bus, command, route)}
-    facts = await _decide(bus, operation, command, timeout, route)
-    return {**response, "commandSeq": facts[0].command_seq, "facts": _fact_documents(facts)}
+        return {**response, "commandSeq": await publish(bus, command, route)}
+    facts = await decide(bus, operation, command, timeout, route)
+    return {**response, "commandSeq": facts[0].command_seq, "facts": fact_documents(facts)}

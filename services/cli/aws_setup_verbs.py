@@ -19,16 +19,16 @@ from services.cli.aws_options import (
     Tags,
     Wait,
     WaitTimeout,
-    _many,
-    _name,
-    _one,
-    _verb,
+    many,
+    name_from_arn,
+    one,
+    register_verb,
 )
-from services.cli.aws_output import _emit, _render_items
-from services.cli.aws_session import _ask, _run, _session, _write
+from services.cli.aws_output import emit, render_items
+from services.cli.aws_session import ask, run, session, write
 
 
-@_verb("create-service-environment")
+@register_verb("create-service-environment")
 def create_service_environment(
     service_environment_name: Annotated[str, typer.Option("--service-environment-name")],
     capacity_limits: CapacityLimits,
@@ -45,16 +45,16 @@ def create_service_environment(
     def build():
         return ({"kind": "CreateServiceEnvironment",
                  "serviceEnvironmentName": service_environment_name,
-                 "capacityLimits": _many("--capacity-limits", capacity_limits, "capacityLimits"),
+                 "capacityLimits": many("--capacity-limits", capacity_limits, "capacityLimits"),
                  "state": state, "serviceEnvironmentType": service_environment_type,
-                 "tags": _one("--tags", tags, "tags")},
+                 "tags": one("--tags", tags, "tags")},
                 {"serviceEnvironmentName": service_environment_name,
                  "serviceEnvironmentArn": f"{ARN}:service-environment/{service_environment_name}"})
 
-    _run(lambda: _write(nats_url, "CreateServiceEnvironment", build, wait, wait_timeout, output))
+    run(lambda: write(nats_url, "CreateServiceEnvironment", build, wait, wait_timeout, output))
 
 
-@_verb("update-service-environment")
+@register_verb("update-service-environment")
 def update_service_environment(
     service_environment: Annotated[str, typer.Option(
         "--service-environment", help="Name or ARN.")],  # fmt: skip
@@ -64,19 +64,19 @@ def update_service_environment(
     nats_url: NatsUrl = None,
 ) -> None:
     """Change a service environment's capacity or state (the capacity event)."""
-    name = _name(service_environment)
+    name = name_from_arn(service_environment)
 
     def build():
         return ({"kind": "UpdateServiceEnvironment", "serviceEnvironment": service_environment,
-                 "capacityLimits": _many("--capacity-limits", capacity_limits, "capacityLimits"),
+                 "capacityLimits": many("--capacity-limits", capacity_limits, "capacityLimits"),
                  "state": state},
                 {"serviceEnvironmentName": name,
                  "serviceEnvironmentArn": f"{ARN}:service-environment/{name}"})  # fmt: skip
 
-    _run(lambda: _write(nats_url, "UpdateServiceEnvironment", build, wait, wait_timeout, output))
+    run(lambda: write(nats_url, "UpdateServiceEnvironment", build, wait, wait_timeout, output))
 
 
-@_verb("create-scheduling-policy")
+@register_verb("create-scheduling-policy")
 def create_scheduling_policy(
     name: Annotated[str, typer.Option("--name")],
     quota_share_policy: Annotated[str, typer.Option(
@@ -89,12 +89,12 @@ def create_scheduling_policy(
 
     def build():
         return ({"kind": "CreateSchedulingPolicy", "name": name,
-                 "quotaSharePolicy": _one("--quota-share-policy", quota_share_policy,
-                                          "quotaSharePolicy"),
-                 "tags": _one("--tags", tags, "tags")},
+                 "quotaSharePolicy": one("--quota-share-policy", quota_share_policy,
+                                         "quotaSharePolicy"),
+                 "tags": one("--tags", tags, "tags")},
                 {"name": name, "arn": f"{ARN}:scheduling-policy/{name}"})  # fmt: skip
 
-    _run(lambda: _write(nats_url, "CreateSchedulingPolicy", build, wait, wait_timeout, output))
+    run(lambda: write(nats_url, "CreateSchedulingPolicy", build, wait, wait_timeout, output))
 
 
 TimeLimitActions = Annotated[Optional[list[str]], typer.Option(
@@ -105,7 +105,7 @@ PriorityOpt = Annotated[Optional[int], typer.Option(
     "--priority", help="0-1000 (no effect on quota-share queues).", show_default=False)]
 
 
-@_verb("create-job-queue")
+@register_verb("create-job-queue")
 def create_job_queue(
     job_queue_name: Annotated[str, typer.Option("--job-queue-name")],
     service_environment_order: Annotated[list[str], typer.Option(
@@ -126,21 +126,21 @@ def create_job_queue(
 
     def build():
         return ({"kind": "CreateJobQueue", "jobQueueName": job_queue_name,
-                 "serviceEnvironmentOrder": _many("--service-environment-order",
-                                                  service_environment_order,
-                                                  "serviceEnvironmentOrder"),
+                 "serviceEnvironmentOrder": many("--service-environment-order",
+                                                 service_environment_order,
+                                                 "serviceEnvironmentOrder"),
                  "schedulingPolicy": scheduling_policy_arn, "priority": priority, "state": state,
-                 "jobStateTimeLimitActions": _many("--job-state-time-limit-actions",
-                                                   job_state_time_limit_actions,
-                                                   "jobStateTimeLimitActions"),
-                 "jobQueueType": job_queue_type, "tags": _one("--tags", tags, "tags")},
+                 "jobStateTimeLimitActions": many("--job-state-time-limit-actions",
+                                                  job_state_time_limit_actions,
+                                                  "jobStateTimeLimitActions"),
+                 "jobQueueType": job_queue_type, "tags": one("--tags", tags, "tags")},
                 {"jobQueueName": job_queue_name,
                  "jobQueueArn": f"{ARN}:job-queue/{job_queue_name}"})  # fmt: skip
 
-    _run(lambda: _write(nats_url, "CreateJobQueue", build, wait, wait_timeout, output))
+    run(lambda: write(nats_url, "CreateJobQueue", build, wait, wait_timeout, output))
 
 
-@_verb("update-job-queue")
+@register_verb("update-job-queue")
 def update_job_queue(
     job_queue: Annotated[str, typer.Option("--job-queue", help="Name or ARN.")],
     state: StateOpt = None,
@@ -150,20 +150,20 @@ def update_job_queue(
     nats_url: NatsUrl = None,
 ) -> None:
     """Change a job queue's state, priority or job-state time limits."""
-    name = _name(job_queue)
+    name = name_from_arn(job_queue)
 
     def build():
         return ({"kind": "UpdateJobQueue", "jobQueue": job_queue, "state": state,
                  "priority": priority,
-                 "jobStateTimeLimitActions": _many("--job-state-time-limit-actions",
-                                                   job_state_time_limit_actions,
-                                                   "jobStateTimeLimitActions")},
+                 "jobStateTimeLimitActions": many("--job-state-time-limit-actions",
+                                                  job_state_time_limit_actions,
+                                                  "jobStateTimeLimitActions")},
                 {"jobQueueName": name, "jobQueueArn": f"{ARN}:job-queue/{name}"})  # fmt: skip
 
-    _run(lambda: _write(nats_url, "UpdateJobQueue", build, wait, wait_timeout, output))
+    run(lambda: write(nats_url, "UpdateJobQueue", build, wait, wait_timeout, output))
 
 
-@_verb("describe-service-environments", PANEL_READ)
+@register_verb("describe-service-environments", PANEL_READ)
 def describe_service_environments(
     service_environments: Annotated[Optional[list[str]], typer.Option(
         "--service-environments", help="Only these (names or ARNs).", show_default=False)] = None,
@@ -176,7 +176,7 @@ def describe_service_environments(
                        "serviceEnvironmentName", service_environments, "Service environments")  # fmt: skip
 
 
-@_verb("describe-job-queues", PANEL_READ)
+@register_verb("describe-job-queues", PANEL_READ)
 def describe_job_queues(
     job_queues: Annotated[Optional[list[str]], typer.Option(
         "--job-queues", help="Only these (names or ARNs).", show_default=False)] = None,
@@ -188,7 +188,7 @@ def describe_job_queues(
                        "jobQueues", "jobQueueName", job_queues, "Job queues")  # fmt: skip
 
 
-@_verb("describe-scheduling-policies", PANEL_READ)
+@register_verb("describe-scheduling-policies", PANEL_READ)
 def describe_scheduling_policies(
     arns: Annotated[Optional[list[str]], typer.Option(
         "--arns", help="Only these (names or ARNs).", show_default=False)] = None,
@@ -204,12 +204,12 @@ def describe_scheduling_policies(
 def _describe_filtered(nats_url, output, operation: str, verb: str, key: str, name_field: str,
                        names: list[str] | None, title: str) -> None:  # fmt: skip
     """A describe-* read, kept to the items named (by name or ARN) when any are."""
-    wanted = {_name(item) for item in names or []}
+    wanted = {name_from_arn(item) for item in names or []}
 
     async def work():
-        async with _session(nats_url) as bus:
-            answer = await _ask(bus, operation, verb)
+        async with session(nats_url) as bus:
+            answer = await ask(bus, operation, verb)
         answer[key] = [item for item in answer[key] if not wanted or item[name_field] in wanted]
-        _emit(answer, output, lambda console, doc: _render_items(console, doc[key], title))
+        emit(answer, output, lambda console, doc: render_items(console, doc[key], title))
 
-    _run(work)
+    run(work)

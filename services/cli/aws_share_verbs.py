@@ -21,13 +21,13 @@ from services.cli.aws_options import (
     Tags,
     Wait,
     WaitTimeout,
-    _many,
-    _name,
-    _one,
-    _verb,
+    many,
+    name_from_arn,
+    one,
+    register_verb,
 )
-from services.cli.aws_output import SHARE_COLUMNS, _emit, _render_items
-from services.cli.aws_session import _ask, _run, _session, _write
+from services.cli.aws_output import SHARE_COLUMNS, emit, render_items
+from services.cli.aws_session import ask, run, session, write
 
 
 ShareArn = Annotated[Optional[str], typer.Option(
@@ -46,7 +46,7 @@ SharePreemption = Annotated[Optional[str], typer.Option(
     help="inSharePreemption=ENABLED|DISABLED")]  # fmt: skip
 
 
-@_verb("create-quota-share")
+@register_verb("create-quota-share")
 def create_quota_share(
     quota_share_name: Annotated[str, typer.Option("--quota-share-name")],
     job_queue: Annotated[str, typer.Option("--job-queue", help="Name or ARN.")],
@@ -59,26 +59,26 @@ def create_quota_share(
     nats_url: NatsUrl = None,
 ) -> None:
     """Create a quota share: capacity a team may use without borrowing, and how it shares."""
-    queue = _name(job_queue)
+    queue = name_from_arn(job_queue)
 
     def build():
         return ({"kind": "CreateQuotaShare", "quotaShareName": quota_share_name,
                  "jobQueue": job_queue,
-                 "capacityLimits": _many("--capacity-limits", capacity_limits, "capacityLimits"),
-                 "resourceSharingConfiguration": _one(
+                 "capacityLimits": many("--capacity-limits", capacity_limits, "capacityLimits"),
+                 "resourceSharingConfiguration": one(
                      "--resource-sharing-configuration", resource_sharing_configuration,
                      "resourceSharingConfiguration"),
-                 "preemptionConfiguration": _one("--preemption-configuration",
-                                                 preemption_configuration,
-                                                 "sharePreemptionConfiguration"),
-                 "state": state, "tags": _one("--tags", tags, "tags")},
+                 "preemptionConfiguration": one("--preemption-configuration",
+                                                preemption_configuration,
+                                                "sharePreemptionConfiguration"),
+                 "state": state, "tags": one("--tags", tags, "tags")},
                 {"quotaShareName": quota_share_name,
                  "quotaShareArn": _share_arn(queue, quota_share_name)})  # fmt: skip
 
-    _run(lambda: _write(nats_url, "CreateQuotaShare", build, wait, wait_timeout, output))
+    run(lambda: write(nats_url, "CreateQuotaShare", build, wait, wait_timeout, output))
 
 
-@_verb("update-quota-share")
+@register_verb("update-quota-share")
 def update_quota_share(
     quota_share_arn: ShareArn = None,
     job_queue: ShareQueue = None,
@@ -95,20 +95,20 @@ def update_quota_share(
     def build():
         queue, share = _share_target(quota_share_arn, job_queue, quota_share_name)
         return ({"kind": "UpdateQuotaShare", "jobQueue": queue, "quotaShareName": share,
-                 "capacityLimits": _many("--capacity-limits", capacity_limits, "capacityLimits"),
-                 "resourceSharingConfiguration": _one(
+                 "capacityLimits": many("--capacity-limits", capacity_limits, "capacityLimits"),
+                 "resourceSharingConfiguration": one(
                      "--resource-sharing-configuration", resource_sharing_configuration,
                      "resourceSharingConfiguration"),
-                 "preemptionConfiguration": _one("--preemption-configuration",
-                                                 preemption_configuration,
-                                                 "sharePreemptionConfiguration"),
+                 "preemptionConfiguration": one("--preemption-configuration",
+                                                preemption_configuration,
+                                                "sharePreemptionConfiguration"),
                  "state": state},
                 {"quotaShareName": share, "quotaShareArn": _share_arn(queue, share)})  # fmt: skip
 
-    _run(lambda: _write(nats_url, "UpdateQuotaShare", build, wait, wait_timeout, output))
+    run(lambda: write(nats_url, "UpdateQuotaShare", build, wait, wait_timeout, output))
 
 
-@_verb("delete-quota-share")
+@register_verb("delete-quota-share")
 def delete_quota_share(
     quota_share_arn: ShareArn = None,
     job_queue: ShareQueue = None,
@@ -122,10 +122,10 @@ def delete_quota_share(
         queue, share = _share_target(quota_share_arn, job_queue, quota_share_name)
         return {"kind": "DeleteQuotaShare", "jobQueue": queue, "quotaShareName": share}, {}
 
-    _run(lambda: _write(nats_url, "DeleteQuotaShare", build, wait, wait_timeout, output))
+    run(lambda: write(nats_url, "DeleteQuotaShare", build, wait, wait_timeout, output))
 
 
-@_verb("list-quota-shares", PANEL_READ)
+@register_verb("list-quota-shares", PANEL_READ)
 def list_quota_shares(
     job_queue: Annotated[str, typer.Option("--job-queue", help="Name or ARN.")],
     max_results: Annotated[Optional[int], typer.Option("--max-results", min=1, max=100,
@@ -136,17 +136,18 @@ def list_quota_shares(
     """List a job queue's quota shares with their configuration and current usage."""
 
     async def work():
-        async with _session(nats_url) as bus:
-            answer = await _ask(bus, "ListQuotaShares", "list-quota-shares", jobQueue=job_queue)
+        async with session(nats_url) as bus:
+            answer = await ask(bus, "ListQuotaShares", "list-quota-shares", jobQueue=job_queue)
         if max_results is not None:
             answer["quotaShares"] = answer["quotaShares"][:max_results]
-        _emit(answer, output, lambda console, doc: _render_items(
-            console, doc["quotaShares"], f"Quota shares of {_name(job_queue)}", SHARE_COLUMNS))
+        emit(answer, output, lambda console, doc: render_items(
+            console, doc["quotaShares"], f"Quota shares of {name_from_arn(job_queue)}",
+            SHARE_COLUMNS))
 
-    _run(work)
+    run(work)
 
 
-@_verb("describe-quota-share", PANEL_READ)
+@register_verb("describe-quota-share", PANEL_READ)
 def describe_quota_share(
     quota_share_arn: ShareArn = None,
     job_queue: ShareQueue = None,
@@ -158,12 +159,12 @@ def describe_quota_share(
 
     async def work():
         queue, share = _share_target(quota_share_arn, job_queue, quota_share_name)
-        async with _session(nats_url) as bus:
-            answer = await _ask(bus, "DescribeQuotaShare", "describe-quota-share",
-                                jobQueue=queue, quotaShareName=share)  # fmt: skip
-        _emit(answer, output)
+        async with session(nats_url) as bus:
+            answer = await ask(bus, "DescribeQuotaShare", "describe-quota-share",
+                               jobQueue=queue, quotaShareName=share)  # fmt: skip
+        emit(answer, output)
 
-    _run(work)
+    run(work)
 
 
 def _share_target(arn: str | None, job_queue: str | None, share: str | None) -> tuple[str, str]:
@@ -176,7 +177,7 @@ def _share_target(arn: str | None, job_queue: str | None, share: str | None) -> 
                           f"<share>)", EXIT_USAGE)  # fmt: skip
         return queue, name
     if job_queue and share:
-        return _name(job_queue), share
+        return name_from_arn(job_queue), share
     raise Failure("give --quota-share-arn, or --job-queue with --quota-share-name", EXIT_USAGE)
 
 

@@ -19,9 +19,9 @@ from typing import Annotated, Optional
 import typer
 
 from services import config_as_code as cac
-from services.cli.aws_apply import _Decisions
-from services.cli.aws_options import EXIT_REFUSED, EXIT_UNDECIDED, EXIT_USAGE, Failure, NatsUrl, _prose
-from services.cli.aws_session import _ask, _publish, _run, _session
+from services.cli.aws_apply import Decisions
+from services.cli.aws_options import EXIT_REFUSED, EXIT_UNDECIDED, EXIT_USAGE, Failure, NatsUrl, prose
+from services.cli.aws_session import ask, publish, run, session
 
 config_app = typer.Typer(
     help="Configuration as code: declare service environments, scheduling policies, job "
@@ -40,7 +40,7 @@ def _command(name: str):
     """Registers a subcommand, its docstring as help with each paragraph on one line."""
 
     def decorate(function):
-        return config_app.command(name, help=_prose(function.__doc__))(function)
+        return config_app.command(name, help=prose(function.__doc__))(function)
 
     return decorate
 
@@ -76,12 +76,12 @@ def apply(
         typer.echo(f"quotasched config apply: {len(error.problems)} problem(s) in {file}; "
                    f"nothing was published", err=True)  # fmt: skip
         raise typer.Exit(EXIT_USAGE)
-    _run(lambda: _apply(str(file), desired, dry_run, terminate_jobs, wait_timeout, nats_url))
+    run(lambda: _apply(str(file), desired, dry_run, terminate_jobs, wait_timeout, nats_url))
 
 
 async def _apply(path: str, desired: cac.Configuration, dry_run: bool, terminate_jobs: bool,
                  timeout: float, url: str | None) -> int:  # fmt: skip
-    async with _session(url) as bus:
+    async with session(url) as bus:
         live = await read_live(bus)
         unfinished = await _unfinished_jobs(bus, cac.doomed_shares(desired, live))
         plan = cac.plan(desired, live, unfinished, allow_termination=terminate_jobs)
@@ -95,12 +95,12 @@ async def _apply(path: str, desired: cac.Configuration, dry_run: bool, terminate
             if dry_run and plan.changes:
                 typer.echo("dry run: nothing was published")
             return 0
-        decisions = _Decisions()
+        decisions = Decisions()
         await decisions.start(bus)
         published: list[int] = []
         for change in plan.changes:
             for command in change.commands:
-                seq = await _publish(bus, command)
+                seq = await publish(bus, command)
                 published.append(seq)
                 if await decisions.wait([seq], timeout):
                     raise Failure(f"quotasched config apply: {command.kind} for "
@@ -129,13 +129,13 @@ def _seqs(seqs: list[int]) -> str:
 
 async def read_live(bus) -> cac.Configuration:
     """The live configuration, from the leading scheduler's read answers."""
-    environments = await _ask(bus, "DescribeServiceEnvironments", "describe-service-environments")
-    policies = await _ask(bus, "DescribeSchedulingPolicies", "describe-scheduling-policies")
-    queues = await _ask(bus, "DescribeJobQueues", "describe-job-queues")
+    environments = await ask(bus, "DescribeServiceEnvironments", "describe-service-environments")
+    policies = await ask(bus, "DescribeSchedulingPolicies", "describe-scheduling-policies")
+    queues = await ask(bus, "DescribeJobQueues", "describe-job-queues")
     shares = []
     for queue in queues["jobQueues"]:
-        answer = await _ask(bus, "ListQuotaShares", "list-quota-shares",
-                            jobQueue=queue["jobQueueName"])  # fmt: skip
+        answer = await ask(bus, "ListQuotaShares", "list-quota-shares",
+                           jobQueue=queue["jobQueueName"])  # fmt: skip
         shares.extend(answer["quotaShares"])
     try:
         return cac.from_live(environments, policies, queues, shares)
@@ -149,9 +149,9 @@ async def _unfinished_jobs(bus, keys: list[cac.ShareKey]) -> dict[cac.ShareKey, 
     for queue, share in keys:
         count = 0
         for status in UNFINISHED:
-            answer = await _ask(bus, "ListServiceJobs", "list-service-jobs", jobQueue=queue,
-                                jobStatus=status, maxResults=10_000,
-                                filters=[{"name": "QUOTA_SHARE_NAME", "values": [share]}])
+            answer = await ask(bus, "ListServiceJobs", "list-service-jobs", jobQueue=queue,
+                               jobStatus=status, maxResults=10_000,
+                               filters=[{"name": "QUOTA_SHARE_NAME", "values": [share]}])
             count += len(answer["jobSummaryList"])
         counts[(queue, share)] = count
     return counts
@@ -168,7 +168,7 @@ def export(
     nothing)."""
 
     async def work() -> int:
-        async with _session(nats_url) as bus:
+        async with session(nats_url) as bus:
             live = await read_live(bus)
             header = (f"The live configuration of {bus.url}, written by `quotasched config "
                       f"export`.\nApply with `quotasched config apply FILE`.")  # fmt: skip
@@ -186,4 +186,4 @@ def export(
                    f"queue(s) and {len(live.shares)} quota share(s) to {out}", err=True)
         return 0
 
-    _run(work)
+    run(work)
