@@ -170,8 +170,10 @@ async def serve(settings: Settings, *, port: int | None, executor: str, speed: f
                 announce: Callable[[str], None], projector_db: str | None = None) -> int:  # fmt: skip
     """Run until SIGINT/SIGTERM; the first thing announced is the NATS URL.  Returns the exit
     status: 1 if the projector stopped on a fact it could not apply, else 0."""
+    # The executor's ledger sits beside the streams: `up` again on the same data directory ends
+    # the attempts a killed `up` left running (services/executors/ledger.py).
     async with Stack(settings, port=port, executor=executor, speed=speed,
-                     projector_db=projector_db) as stack:  # fmt: skip
+                     projector_db=projector_db, executor_state_dir=settings.data_dir) as stack:  # fmt: skip
         announce(stack.url)
         stop_on_signals(stack.stop)
         await stack.stop.wait()
