@@ -83,8 +83,11 @@ def recompute_totals(state: State, queue: Queue) -> None:
 
 def within_own_limit(share: Share, need: Need) -> bool:
     """Would the job fit inside the share's own limits, for every unit it needs?"""
-    return all(share.usage.get(unit, 0) + quantity <= share.limits.get(unit, 0)
-               for unit, quantity in need)  # fmt: skip
+    usage, limits = share.usage, share.limits
+    for unit, quantity in need:  # a loop, not all(...): called for every head in every pass
+        if usage.get(unit, 0) + quantity > limits.get(unit, 0):
+            return False
+    return True
 
 
 def borrowed_by(share: Share, need: Need) -> list[tuple[str, int]]:

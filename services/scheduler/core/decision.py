@@ -36,7 +36,9 @@ def step(state: State, command: C.Command, seq: int, stamp: float | None = None)
     at = command.at if command.at is not None else stamp
     at = state.time if at is None else max(at, state.time)
     round_ = Round(state, seq, at)
-    if state.timeouts or state.blocked:
+    # Every attempt deadline in the heap, stale entries included, is at least its top's: when
+    # the top is still ahead and no head is blocked, no timer can be due.
+    if state.blocked or (state.timeouts and state.timeouts[0][0] <= at):
         fire_due(round_, at)
         round_.at = at
     try:
