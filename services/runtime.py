@@ -41,7 +41,8 @@ class Stack:
     def __init__(self, settings: Settings, *, port: int | None = None, executor: str = "simulated",
                  speed: float = 1.0, scheduler: bool = True, projector_db: str | None = None,
                  projector_required: bool = False, executor_name: str | None = None,
-                 executor_state_dir: str | None = None):  # fmt: skip
+                 executor_state_dir: str | None = None,
+                 executor_job_queue: str | None = None):  # fmt: skip
         """`projector_db`: run a projector writing that DuckDB file.  If it stops on a fact it
         cannot apply, the rest of the stack runs on (the projection is disposable; the
         scheduler does not depend on it) and `failed` holds the error, unless
@@ -51,6 +52,7 @@ class Stack:
         self.executor_kind = executor
         self.executor_name = executor_name
         self.executor_state_dir = executor_state_dir  # its ledger (services/executors/ledger.py)
+        self.executor_job_queue = executor_job_queue  # serve that job queue only
         self.speed = speed
         self.with_scheduler = scheduler
         self.url = settings.nats_url
@@ -96,7 +98,8 @@ class Stack:
             broker = NatsBroker(self.url.split(","), logger=None, **broker_options())
             executor = build_executor(broker, self.executor_kind, speed=self.speed,
                                       name=self.executor_name,
-                                      state_dir=self.executor_state_dir)  # fmt: skip
+                                      state_dir=self.executor_state_dir,
+                                      job_queue=self.executor_job_queue)  # fmt: skip
             await catch_up(nc.jetstream(), executor)  # before its consumer resumes
             await broker.start()
             self._exit.push_async_callback(broker.stop)

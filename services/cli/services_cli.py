@@ -150,7 +150,11 @@ def executor_command(
     speed: Annotated[float, typer.Option(help="Simulated executor: time speed-up factor.")] = 1.0,
     name: Annotated[Optional[str], typer.Option(
         "--name", help="The executor's name: its durable consumer is executor-NAME (default: "
-                       "the kind). Run one process per name.", show_default=False)] = None,
+                       "the kind, or KIND-QUEUE with --job-queue). Run one process per name.",
+        show_default=False)] = None,
+    job_queue: Annotated[Optional[str], typer.Option(
+        "--job-queue", help="Run only this job queue's jobs (its facts); run one executor per "
+                            "queue to spread the work.", show_default=False)] = None,
     state_dir: Annotated[Path, typer.Option(
         "--state-dir", envvar="QUOTASCHED_EXECUTOR_STATE_DIR",
         help="Where the executor keeps the attempts it runs (executor-NAME.json), so that "
@@ -172,11 +176,18 @@ def executor_command(
     if nats_url is None:
         typer.echo("quotasched executor: --nats-url (or QUOTASCHED_NATS_URL) is required", err=True)
         raise typer.Exit(2)
+    if kind not in ("simulated", "process"):
+        typer.echo(f"quotasched executor: --kind {kind}: simulated or process", err=True)
+        raise typer.Exit(2)
+    if job_queue is not None and not re.fullmatch(NAME_PATTERN, job_queue):
+        typer.echo(f"quotasched executor: --job-queue {job_queue}: {NAME_RULE}", err=True)
+        raise typer.Exit(2)
     logs.configure()
 
     async def run() -> None:
         async with Stack(_settings(nats_url), executor=kind, speed=speed, scheduler=False,
-                         executor_name=name, executor_state_dir=str(state_dir)) as stack:
+                         executor_name=name, executor_state_dir=str(state_dir),
+                         executor_job_queue=job_queue) as stack:
             stop_on_signals(stack.stop)
             await stack.stop.wait()
 

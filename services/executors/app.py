@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import warnings
 
 from faststream import AckPolicy
 from faststream.nats import JStream, NatsBroker
 from nats.js.api import DeliverPolicy
 
-from events.subjects import COMMANDS_STREAM, FACTS_STREAM
+from events.base import NAME_PATTERN, NAME_RULE
+from events.subjects import COMMANDS_STREAM, FACTS_PREFIX, FACTS_STREAM
 from services import logs, natsfix
 from services.executors.base import Executor
 from services.executors.ledger import Ledger
@@ -28,18 +30,25 @@ LEARNED = ("JobSubmitted", "JobPreempted", "JobStatusChanged")
 
 
 def build_executor(broker: NatsBroker, kind: str, *, speed: float = 1.0, grace_s: float = 10.0,
-                   name: str | None = None, state_dir: str | None = None) -> Executor:  # fmt: skip
+                   name: str | None = None, state_dir: str | None = None,
+                   job_queue: str | None = None) -> Executor:  # fmt: skip
     """Create the executor and register its subscriber on `broker` (start the broker after,
     then `await executor.recover()`).  `state_dir`: where its ledger lives
-    (`executor-<name>.json`, see ledger.py); without one, nothing survives the process."""
+    (`executor-<name>.json`, see ledger.py); without one, nothing survives the process.
+    `job_queue`: serve that job queue only (its facts, `qm.fact.<queue>.>`); the default name
+    is then `<kind>-<queue>`, so one executor per queue can run side by side."""
 
     async def publish(subject: str, data: bytes) -> None:
         await broker.publish(data, subject, stream=COMMANDS_STREAM)
 
     if kind not in ("simulated", "process"):
         raise ValueError(f"unknown executor kind {kind!r}: simulated or process")
-    durable = f"executor-{name or kind}"
+    if job_queue is not None and not re.fullmatch(NAME_PATTERN, job_queue):
+        raise ValueError(f"job queue {job_queue!r}: {NAME_RULE}")
+    default_name = kind if job_queue is None else f"{kind}-{job_queue}"
+    durable = f"executor-{name or default_name}"
     ledger = Ledger(os.path.join(state_dir, f"{durable}.json")) if state_dir is not None else None
+    fact_filter = f"{FACTS_PREFIX}.>" if job_queue is None else f"{FACTS_PREFIX}.{job_queue}.>"
     if kind == "simulated":
         executor: Executor = SimulatedExecutor(publish, speed=speed, ledger=ledger)
     else:
@@ -54,12 +63,13 @@ def build_executor(broker: NatsBroker, kind: str, *, speed: float = 1.0, grace_s
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         broker.subscriber(
-            "qm.fact.>", stream=JStream(FACTS_STREAM, declare=False),
+            fact_filter, stream=JStream(FACTS_STREAM, declare=False),
             durable=durable, deliver_policy=DeliverPolicy.ALL,
             ack_policy=AckPolicy.ACK,
         )(on_fact)  # fmt: skip
 
     executor.consumer = durable
+    executor.fact_filter = fact_filter
     return executor
 
 
@@ -80,9 +90,11 @@ async def catch_up(js, executor: Executor) -> int:
     if not through:
         return 0
     read = 0
+    mine = executor.fact_filter.removesuffix(">")  # `qm.fact.` or `qm.fact.<queue>.`
+    # The whole log (ALL_FACTS): the message at `through` then surely comes, filter or not.
     async for _seq, payload, subject in read_log(js, ALL_FACTS, 1, until_seq=through):
         read += 1
-        if subject.rsplit(".", 1)[-1] in LEARNED:
+        if subject.startswith(mine) and subject.rsplit(".", 1)[-1] in LEARNED:
             executor.learn(json.loads(payload))
     log.info("caught up", consumer=executor.consumer, facts=read, jobs=len(executor.specs))
     return read

@@ -60,6 +60,7 @@ class Executor:
         self.ledger = ledger
         self.specs: dict[str, dict[str, Any]] = {}
         self.consumer = f"executor-{self.name}"  # its durable consumer (app.build_executor)
+        self.fact_filter = "qm.fact.>"  # what that consumer reads: the log, or one job queue's
         self.running: dict[str, Attempt] = {}
         self.started: set[tuple[str, int]] = set()
         # Left running by the previous executor: never started again (a dispatch it had not

@@ -1,9 +1,14 @@
-"""A process executor killed with SIGKILL while it runs a job, against a real nats-server and
+"""Executors against a real nats-server and scheduler.
+
+A process executor killed with SIGKILL while it runs a job, against a real nats-server and
 scheduler: its job's process outlives it, and without the executor's ledger the attempt would
 stay RUNNING (holding its capacity) until an attempt timeout.  The next executor started with
 the same --state-dir stops that process, reports the attempt FAILED, and the job's
 retryStrategy gives it a second attempt, which this executor runs; a plain shutdown (SIGTERM)
-then reports that attempt FAILED too, and the job ends."""
+then reports that attempt FAILED too, and the job ends.
+
+An executor started with --job-queue runs that queue's jobs only, so one executor per queue
+can share the work."""
 
 from __future__ import annotations
 
@@ -77,3 +82,34 @@ async def test_a_killed_executors_attempt_is_ended_and_retried_by_the_next_one(t
 async def _with_pid(tmp_path):
     entries = [e for e in ledger_entries(tmp_path) if e.get("pid")]
     return entries or None
+
+
+async def test_an_executor_per_job_queue_runs_only_its_queues_jobs(nats_server, spawn):
+    scheduler = spawn("scheduler")
+    async with Bus(nats_server.url) as bus:
+        await wait_leading(scheduler)
+        for queue in ("qa", "qb"):
+            await publish_items(bus, setup_commands(queue, shares=[("s", 2, "RESERVE", "DISABLED")],
+                                                    capacity=2))  # fmt: skip
+        spawn("executor", "--kind", "simulated", "--speed", "10", "--job-queue", "qa")
+        for queue in ("qa", "qb"):
+            await bus.publish({
+                "kind": "SubmitServiceJob", "jobId": f"{queue}-job", "jobName": "j",
+                "jobQueue": queue, "quotaShareName": "s", "tags": {"duration": "1"},
+                "capacityUsage": [{"capacityUnit": "ml.g5.xlarge", "quantity": 1}],
+            })  # fmt: skip
+
+        async def statuses(job_id: str) -> list[str]:
+            return [f["status"] for f in await read_facts(bus.js)
+                    if f["kind"] == "JobStatusChanged" and f["jobId"] == job_id]  # fmt: skip
+
+        await eventually(lambda: _has(statuses("qa-job"), "SUCCEEDED"), 30, what="qa-job done")
+        dispatched = [f for f in await read_facts(bus.js) if f["kind"] == "JobDispatched"]
+        assert {f["jobId"] for f in dispatched} == {"qa-job", "qb-job"}
+        assert await statuses("qb-job") == [], "an executor ran another queue's job"
+        consumers = [c.name for c in await bus.js.consumers_info("QM_FACTS")]
+        assert "executor-simulated-qa" in consumers
+
+
+async def _has(values, wanted):
+    return wanted in await values

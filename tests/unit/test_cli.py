@@ -422,3 +422,12 @@ def test_apply_of_a_missing_file_exits_2_with_the_reason(tmp_path):
     assert result.stderr.decode().strip() == (
         f"quotasched apply: cannot read {missing}: No such file or directory"
     )
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("--kind", "docker"), "--kind docker: simulated or process"),
+    (("--job-queue", "q/../x"), "--job-queue q/../x: must be 1-128 characters"),
+])  # fmt: skip
+def test_executor_options_are_checked_before_anything_starts(args, message):
+    result = run("executor", "--nats-url", "nats://127.0.0.1:1", *args)
+    assert result.returncode == 2 and message in result.stderr.decode()
