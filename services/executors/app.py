@@ -29,6 +29,11 @@ EXECUTOR_FACTS = ("JobSubmitted", "JobDispatched", "JobPreempted", "JobStatusCha
 LEARNED = ("JobSubmitted", "JobPreempted", "JobStatusChanged")
 
 
+def consumer_name(kind: str, name: str | None = None, job_queue: str | None = None) -> str:
+    """The executor's durable consumer, which also names its ledger file (`<it>.json`)."""
+    return f"executor-{name or (kind if job_queue is None else f'{kind}-{job_queue}')}"
+
+
 def build_executor(broker: NatsBroker, kind: str, *, speed: float = 1.0, grace_s: float = 10.0,
                    name: str | None = None, state_dir: str | None = None,
                    job_queue: str | None = None) -> Executor:  # fmt: skip
@@ -45,8 +50,7 @@ def build_executor(broker: NatsBroker, kind: str, *, speed: float = 1.0, grace_s
         raise ValueError(f"unknown executor kind {kind!r}: simulated or process")
     if job_queue is not None and not re.fullmatch(NAME_PATTERN, job_queue):
         raise ValueError(f"job queue {job_queue!r}: {NAME_RULE}")
-    default_name = kind if job_queue is None else f"{kind}-{job_queue}"
-    durable = f"executor-{name or default_name}"
+    durable = consumer_name(kind, name, job_queue)
     ledger = Ledger(os.path.join(state_dir, f"{durable}.json")) if state_dir is not None else None
     fact_filter = f"{FACTS_PREFIX}.>" if job_queue is None else f"{FACTS_PREFIX}.{job_queue}.>"
     if kind == "simulated":

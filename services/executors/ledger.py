@@ -24,6 +24,10 @@ import json
 import os
 from dataclasses import asdict, dataclass
 
+from services import logs
+
+log = logs.get("quotasched.executor")
+
 
 @dataclass(frozen=True)
 class Entry:
@@ -66,12 +70,18 @@ class Ledger:
                               "move it away to start without it") from None  # fmt: skip
 
     def _write(self) -> None:
+        """Best effort: a file that cannot be written (disk full, permissions) is logged and
+        the attempts run on; only what a crash would leave behind is at stake."""
         directory = os.path.dirname(self.path) or "."
-        os.makedirs(directory, exist_ok=True)
         partial = self.path + ".tmp"
-        with open(partial, "w", encoding="utf-8") as handle:
-            json.dump({"attempts": [asdict(entry) for entry in self.entries.values()]}, handle)
-        os.replace(partial, self.path)
+        try:
+            os.makedirs(directory, exist_ok=True)
+            with open(partial, "w", encoding="utf-8") as handle:
+                json.dump({"attempts": [asdict(entry) for entry in self.entries.values()]},
+                          handle)  # fmt: skip
+            os.replace(partial, self.path)
+        except OSError as error:
+            log.error("executor attempt file not written", path=self.path, error=str(error))
 
 
 class LedgerError(RuntimeError):

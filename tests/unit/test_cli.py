@@ -431,3 +431,12 @@ def test_apply_of_a_missing_file_exits_2_with_the_reason(tmp_path):
 def test_executor_options_are_checked_before_anything_starts(args, message):
     result = run("executor", "--nats-url", "nats://127.0.0.1:1", *args)
     assert result.returncode == 2 and message in result.stderr.decode()
+
+
+def test_executor_with_a_damaged_attempt_file_says_which_and_exits_2(tmp_path):
+    (tmp_path / "executor-process-qa.json").write_text("{not json")
+    result = run("executor", "--nats-url", "nats://127.0.0.1:1", "--kind", "process",
+                 "--job-queue", "qa", "--state-dir", str(tmp_path))  # fmt: skip
+    assert result.returncode == 2
+    assert f"cannot read the executor's attempt file {tmp_path}/executor-process-qa.json" in \
+        result.stderr.decode()

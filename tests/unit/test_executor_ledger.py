@@ -179,3 +179,18 @@ async def test_how_to_run_a_job_is_kept_until_the_job_is_over():
     executor.learn({"kind": "JobPreempted", "jobId": "dropped", "outcome": "FAILED"})
     executor.learn({"kind": "JobStatusChanged", "jobId": "retried", "status": "RUNNABLE"})
     assert list(executor.specs) == ["retried"]
+
+
+async def test_an_unwritable_attempt_file_does_not_stop_the_attempts(tmp_path):
+    state = tmp_path / "state"
+    ledger = Ledger(str(state / "executor.json"))  # nothing there yet: starts empty
+    state.write_text("a file where the state directory should be")  # every write now fails
+    reports = Reports()
+    executor = SimulatedExecutor(reports, speed=20.0, ledger=ledger)
+    try:
+        await executor.on_fact(submitted("j1", duration="1"))
+        await executor.on_fact(dispatched("j1"))
+        await asyncio.wait_for(executor.running["j1"].stopped.wait(), 10.0)
+        assert reports.of("j1")[-1] == (1, "SUCCEEDED", None)
+    finally:
+        await executor.close()
