@@ -13,9 +13,11 @@ records its pid and its start time: recovery stops that process first (SIGTERM, 
 after the grace period), and only when the pid still names the same process, never a later
 one that happens to reuse the number.
 
-The file is JSON, rewritten whole through a temporary file and `os.replace` on each change, so
-a crash leaves the old version or the new one, never half of one.  One executor per file: the
-name of the file is the executor's name, like its durable consumer's.
+The file is JSON Lines, one change a line (`{"add": entry}` or `{"end": [job, attempt]}`),
+appended as it happens, so a change costs the same however many attempts run; it is compacted
+(rewritten through a temporary file and `os.replace`) when it opens and once it holds more
+ended lines than live ones.  A crash can only tear the last line, which reading ignores.  One
+executor per file: the name of the file is the executor's durable consumer's.
 """
 
 from __future__ import annotations
@@ -42,44 +44,71 @@ class Entry:
 class Ledger:
     def __init__(self, path: str):
         self.path = path
-        self.entries: dict[tuple[str, int], Entry] = {}
-        for entry in self._read():
-            self.entries[(entry.job_id, entry.attempt)] = entry
+        self.entries: dict[tuple[str, int], Entry] = self._read()
+        self._lines = 0  # lines in the file since it was last compacted
+        if os.path.exists(path):
+            self._compact()
 
     def record(self, entry: Entry) -> None:
         self.entries[(entry.job_id, entry.attempt)] = entry
-        self._write()
+        self._append({"add": asdict(entry)})
 
     def forget(self, job_id: str, attempt: int) -> None:
         if self.entries.pop((job_id, attempt), None) is not None:
-            self._write()
+            self._append({"end": [job_id, attempt]})
 
-    def _read(self) -> list[Entry]:
+    def _read(self) -> dict[tuple[str, int], Entry]:
         try:
-            with open(self.path, encoding="utf-8") as handle:
-                document = json.load(handle)
+            with open(self.path, "rb") as handle:
+                lines = handle.read().split(b"\n")
         except FileNotFoundError:
-            return []
-        except (OSError, ValueError) as error:
+            return {}
+        except OSError as error:
             raise LedgerError(f"cannot read the executor's attempt file {self.path}: {error}; "
                               "move it away to start without it") from None  # fmt: skip
-        try:
-            return [Entry(**item) for item in document["attempts"]]
-        except (KeyError, TypeError) as error:
-            raise LedgerError(f"{self.path} is not an executor's attempt file ({error}); "
-                              "move it away to start without it") from None  # fmt: skip
+        entries: dict[tuple[str, int], Entry] = {}
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                change = json.loads(line)
+                if "add" in change:
+                    entry = Entry(**change["add"])
+                    entries[(entry.job_id, entry.attempt)] = entry
+                else:
+                    job_id, attempt = change["end"]
+                    entries.pop((job_id, attempt), None)
+            except (ValueError, KeyError, TypeError, AttributeError) as error:
+                if number == len(lines):  # the last line, torn by a crash mid-append
+                    break
+                raise LedgerError(f"cannot read the executor's attempt file {self.path}: line "
+                                  f"{number} is not a change ({error}); move it away to start "
+                                  "without it") from None  # fmt: skip
+        return entries
 
-    def _write(self) -> None:
+    def _append(self, change: dict) -> None:
         """Best effort: a file that cannot be written (disk full, permissions) is logged and
         the attempts run on; only what a crash would leave behind is at stake."""
-        directory = os.path.dirname(self.path) or "."
+        if self._lines > 2 * len(self.entries) + 64:
+            self._compact()
+            return  # the compacted file holds this change too
+        try:
+            os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
+            with open(self.path, "a", encoding="utf-8") as handle:
+                handle.write(json.dumps(change) + "\n")
+            self._lines += 1
+        except OSError as error:
+            log.error("executor attempt file not written", path=self.path, error=str(error))
+
+    def _compact(self) -> None:
         partial = self.path + ".tmp"
         try:
-            os.makedirs(directory, exist_ok=True)
+            os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
             with open(partial, "w", encoding="utf-8") as handle:
-                json.dump({"attempts": [asdict(entry) for entry in self.entries.values()]},
-                          handle)  # fmt: skip
+                for entry in self.entries.values():
+                    handle.write(json.dumps({"add": asdict(entry)}) + "\n")
             os.replace(partial, self.path)
+            self._lines = len(self.entries)
         except OSError as error:
             log.error("executor attempt file not written", path=self.path, error=str(error))
 

@@ -13,23 +13,22 @@ can share the work."""
 from __future__ import annotations
 
 import asyncio
-import json
 import signal
 
 import pytest
 
 from services.client import Bus
 from services.executors.base import LOST, SHUT_DOWN
-from services.executors.ledger import process_alive
+from services.executors.ledger import Entry, Ledger, process_alive
 from tests.integration.helpers import eventually, publish_items, read_facts, setup_commands
 from tests.integration.test_failover import wait_leading
 
 pytestmark = [pytest.mark.nats, pytest.mark.slow]
 
 
-def ledger_entries(tmp_path) -> list[dict]:
+def ledger_entries(tmp_path) -> list[Entry]:
     path = tmp_path / "executor-state" / "executor-process.json"
-    return json.loads(path.read_text())["attempts"] if path.exists() else []
+    return list(Ledger(str(path)).entries.values()) if path.exists() else []
 
 
 async def test_a_killed_executors_attempt_is_ended_and_retried_by_the_next_one(tmp_path, nats_server, spawn):
@@ -53,7 +52,7 @@ async def test_a_killed_executors_attempt_is_ended_and_retried_by_the_next_one(t
         await eventually(lambda: facts_where(kind="JobStatusChanged", attempt=1, status="RUNNING"),
                          30, what="attempt 1 RUNNING")  # fmt: skip
         [entry] = await eventually(lambda: _with_pid(tmp_path), 10, what="the ledger's pid")
-        pid, started = entry["pid"], entry["pid_started"]
+        pid, started = entry.pid, entry.pid_started
         first.kill()  # SIGKILL to the executor's process group; the job has its own session
         assert first.popen.returncode == -signal.SIGKILL
         await asyncio.sleep(0.5)
@@ -80,7 +79,7 @@ async def test_a_killed_executors_attempt_is_ended_and_retried_by_the_next_one(t
 
 
 async def _with_pid(tmp_path):
-    entries = [e for e in ledger_entries(tmp_path) if e.get("pid")]
+    entries = [e for e in ledger_entries(tmp_path) if e.pid]
     return entries or None
 
 

@@ -434,7 +434,7 @@ def test_executor_options_are_checked_before_anything_starts(args, message):
 
 
 def test_executor_with_a_damaged_attempt_file_says_which_and_exits_2(tmp_path):
-    (tmp_path / "executor-process-qa.json").write_text("{not json")
+    (tmp_path / "executor-process-qa.json").write_text("{not json\n")
     result = run("executor", "--nats-url", "nats://127.0.0.1:1", "--kind", "process",
                  "--job-queue", "qa", "--state-dir", str(tmp_path))  # fmt: skip
     assert result.returncode == 2

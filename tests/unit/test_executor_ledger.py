@@ -41,7 +41,7 @@ class Reports:
 
 
 def listed(path) -> list[tuple[str, int]]:
-    return [(e["job_id"], e["attempt"]) for e in json.loads(path.read_text())["attempts"]]
+    return list(Ledger(str(path)).entries)
 
 
 def test_the_ledger_survives_a_new_instance_and_refuses_a_foreign_file(tmp_path):
@@ -51,12 +51,29 @@ def test_the_ledger_survives_a_new_instance_and_refuses_a_foreign_file(tmp_path)
     ledger.record(Entry("j2", 3, "q", "qs2", pid=42, pid_started="7"))
     ledger.forget("j1", 1)
     assert list(Ledger(str(path)).entries.values()) == [Entry("j2", 3, "q", "qs2", 42, "7")]
-    path.write_text('{"something": "else"}')
-    with pytest.raises(LedgerError, match="not an executor's attempt file"):
+    assert len(path.read_text().splitlines()) == 1  # compacted when opened
+    path.write_text('{"something": "else"}\n')
+    with pytest.raises(LedgerError, match="line 1 is not a change"):
         Ledger(str(path))
-    path.write_text("{not json")
+    path.write_text("{not json\n")
     with pytest.raises(LedgerError, match="cannot read"):
         Ledger(str(path))
+
+
+def test_a_line_torn_by_a_crash_is_ignored_and_changes_cost_one_line_each(tmp_path):
+    path = tmp_path / "executor-x.json"
+    ledger = Ledger(str(path))
+    for number in range(50):
+        ledger.record(Entry(f"j{number}", 1, "q", "qs1"))
+    ledger.forget("j0", 1)
+    assert len(path.read_text().splitlines()) == 51  # appended, not rewritten
+    with open(path, "a") as handle:
+        handle.write('{"add": {"job_id": "torn", "att')  # the crash came mid-write
+    assert len(Ledger(str(path)).entries) == 49
+    for number in range(1, 50):  # many ends: the file is compacted on the way
+        ledger.forget(f"j{number}", 1)
+    assert Ledger(str(path)).entries == {}
+    assert len(path.read_text().splitlines()) < 70
 
 
 async def test_a_running_attempt_is_listed_until_its_end_is_reported(tmp_path):
