@@ -182,7 +182,7 @@ def executor_command(
     if job_queue is not None and not re.fullmatch(NAME_PATTERN, job_queue):
         typer.echo(f"quotasched executor: --job-queue {job_queue}: {NAME_RULE}", err=True)
         raise typer.Exit(2)
-    from services.executors.app import consumer_name
+    from services.executors.base import consumer_name
     from services.executors.ledger import Ledger, LedgerError
 
     try:  # a damaged attempt file stops the start here, with its path, not in a traceback

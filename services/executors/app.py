@@ -14,7 +14,7 @@ from nats.js.api import DeliverPolicy
 from events.base import NAME_PATTERN, NAME_RULE
 from events.subjects import COMMANDS_STREAM, FACTS_PREFIX, FACTS_STREAM
 from services import logs, natsfix
-from services.executors.base import Executor
+from services.executors.base import Executor, consumer_name
 from services.executors.ledger import Ledger
 from services.executors.process import ProcessExecutor
 from services.executors.simulated import SimulatedExecutor
@@ -27,11 +27,6 @@ log = logs.get("quotasched.executor")
 EXECUTOR_FACTS = ("JobSubmitted", "JobDispatched", "JobPreempted", "JobStatusChanged")
 # The ones that say how to run a job, or that it is over (Executor.learn).
 LEARNED = ("JobSubmitted", "JobPreempted", "JobStatusChanged")
-
-
-def consumer_name(kind: str, name: str | None = None, job_queue: str | None = None) -> str:
-    """The executor's durable consumer, which also names its ledger file (`<it>.json`)."""
-    return f"executor-{name or (kind if job_queue is None else f'{kind}-{job_queue}')}"
 
 
 def build_executor(broker: NatsBroker, kind: str, *, speed: float = 1.0, grace_s: float = 10.0,

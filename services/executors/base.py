@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from events.subjects import command_subject
+from events.subjects import FACTS_PREFIX, command_subject
 from services import logs
 from services.executors.ledger import Entry, Ledger
 
@@ -35,6 +35,11 @@ Publish = Callable[[str, bytes], Awaitable[Any]]
 
 LOST = "Executor restarted: the attempt was lost when the previous executor stopped"
 SHUT_DOWN = "Executor shut down while the attempt was running"
+
+
+def consumer_name(kind: str, name: str | None = None, job_queue: str | None = None) -> str:
+    """An executor's durable consumer, which also names its ledger file (`<it>.json`)."""
+    return f"executor-{name or (kind if job_queue is None else f'{kind}-{job_queue}')}"
 
 
 @dataclass
@@ -59,8 +64,8 @@ class Executor:
         self.publish = publish
         self.ledger = ledger
         self.specs: dict[str, dict[str, Any]] = {}
-        self.consumer = f"executor-{self.name}"  # its durable consumer (app.build_executor)
-        self.fact_filter = "qm.fact.>"  # what that consumer reads: the log, or one job queue's
+        self.consumer = consumer_name(self.name)  # its durable consumer (app.build_executor)
+        self.fact_filter = f"{FACTS_PREFIX}.>"  # what it reads: the log, or one job queue's
         self.running: dict[str, Attempt] = {}
         self.started: set[tuple[str, int]] = set()
         # Left running by the previous executor: never started again (a dispatch it had not

@@ -92,25 +92,25 @@ class Ledger:
         if self._lines > 2 * len(self.entries) + 64:
             self._compact()
             return  # the compacted file holds this change too
-        try:
-            os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
-            with open(self.path, "a", encoding="utf-8") as handle:
-                handle.write(json.dumps(change) + "\n")
+        if self._write(self.path, "a", [change]):
             self._lines += 1
-        except OSError as error:
-            log.error("executor attempt file not written", path=self.path, error=str(error))
 
     def _compact(self) -> None:
         partial = self.path + ".tmp"
-        try:
-            os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
-            with open(partial, "w", encoding="utf-8") as handle:
-                for entry in self.entries.values():
-                    handle.write(json.dumps({"add": asdict(entry)}) + "\n")
+        changes = [{"add": asdict(entry)} for entry in self.entries.values()]
+        if self._write(partial, "w", changes):
             os.replace(partial, self.path)
-            self._lines = len(self.entries)
+            self._lines = len(changes)
+
+    def _write(self, path: str, mode: str, changes: list[dict]) -> bool:
+        try:
+            os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+            with open(path, mode, encoding="utf-8") as handle:
+                handle.writelines(json.dumps(change) + "\n" for change in changes)
+            return True
         except OSError as error:
             log.error("executor attempt file not written", path=self.path, error=str(error))
+            return False
 
 
 class LedgerError(RuntimeError):
