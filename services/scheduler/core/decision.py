@@ -36,9 +36,10 @@ def step(state: State, command: C.Command, seq: int, stamp: float | None = None)
     at = command.at if command.at is not None else stamp
     at = state.time if at is None else max(at, state.time)
     round_ = Round(state, seq, at)
-    # Every attempt deadline in the heap, stale entries included, is at least its top's: when
-    # the top is still ahead and no head is blocked, no timer can be due.
-    if state.blocked or (state.timeouts and state.timeouts[0][0] <= at):
+    # Every attempt deadline in the heap, stale entries included, is at least its top's, and
+    # no blocked head's time limit runs out before `blocked_due`: while both are ahead, no
+    # timer can be due.
+    if (state.blocked and state.blocked_due <= at) or (state.timeouts and state.timeouts[0][0] <= at):
         fire_due(round_, at)
         round_.at = at
     try:

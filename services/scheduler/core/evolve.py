@@ -90,6 +90,8 @@ def _queue(state: State, fact) -> None:
     }
     queue.config = fact
     state.new_epoch(queue)
+    state.save(state)
+    state.blocked_due = 0.0  # its time limits may have changed: the timers look again
 
 
 @_case(F.QuotaShareCreated)
@@ -179,9 +181,7 @@ def _dispatched(state: State, fact: F.JobDispatched) -> None:
     for item in fact.borrowed:
         # The share is now over its limit in this unit: its jobs have become reclaim
         # candidates for waiting owners that need the unit, so look at those heads again.
-        names = queue.listing.get(item.capacity_unit)
-        if names:
-            state.mark_dirty(queue, *names)
+        _wake_heads_needing(state, queue, item.capacity_unit)
     if job.attempt_timeout_s is not None:
         entry = (fact.at + job.attempt_timeout_s, job.job_id, job.attempt)
         state.push(state.timeouts, entry)  # validated when it comes due, like heap entries
@@ -225,7 +225,7 @@ def _status(state: State, fact: F.JobStatusChanged) -> None:
         elif fact.cause is StatusCause.CAPACITY_BOUNCE:
             job.reason_code = "CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY"
             job.reason_since = fact.at
-            state.put(state.blocked, job.job_id, (job.queue, job.share))  # for time limits
+            state.block(job, state.queues[job.queue])  # for time limits
         if not was_runnable:
             _enqueue(state, job)
     elif was_runnable:  # a queued job left its queue (terminated, time limit, share deleted)
@@ -242,7 +242,7 @@ def _blocked(state: State, fact: F.ShareBlocked) -> None:
     if job.reason_code != fact.reason.value:
         job.reason_since = fact.at
     job.reason_code = fact.reason.value
-    state.put(state.blocked, fact.job_id, (fact.job_queue, fact.quota_share_name))
+    state.block(job, state.queues[fact.job_queue])
 
 
 # -- helpers ---------------------------------------------------------------------------------
@@ -273,8 +273,25 @@ def _release(state: State, job: Job) -> None:
         return
     state.drop(share.dispatched, job.job_id)
     add_usage(state, queue, share, job.need, -1)
-    listing = queue.listing
     for unit, _ in job.need:
-        names = listing.get(unit)
-        if names:
-            state.mark_dirty(queue, *names)
+        _wake_heads_needing(state, queue, unit)
+
+
+def _wake_heads_needing(state: State, queue: Queue, unit: str) -> None:
+    """Mark dirty the clean shares whose head needs `unit`: only they can gain from a change
+    to it.  A clean share's head stays its head until the share is marked (any enqueue ahead
+    of it, or the head leaving, marks it), and every check of a placement (fits, reclaim and
+    in-share victims) looks at the units the head needs and no other."""
+    names = queue.listing.get(unit)
+    if not names:
+        return
+    dirty, shares = queue.dirty, queue.shares
+    woken = []
+    for name in names:
+        if name in dirty:
+            continue
+        head = state.head(shares[name])
+        if head is not None and any(needed == unit for needed, _ in head.need):
+            woken.append(name)
+    if woken:
+        state.mark_dirty(queue, *woken)

@@ -191,6 +191,9 @@ class State:
         self.timeouts: list[tuple[float, str, int]] = []  # (deadline, job id, attempt)
         # RUNNABLE jobs waiting with a reason a time limit may apply to: job id -> (queue, share)
         self.blocked: dict[str, tuple[str, str]] = {}
+        # No time limit of a `blocked` job runs out before this (a lower bound, kept by evolve
+        # and the timers): while it is ahead, the timers need not look at `blocked` at all.
+        self.blocked_due = 0.0
         # Never undone by a trial, so an epoch is never handed out twice: a cached admission
         # result can only match the configuration it was computed under.
         self.epochs = 0
@@ -213,10 +216,10 @@ class State:
             self._journal.append((undo, args))
 
     def snapshot(self) -> tuple:
-        return (self.time, self.next_seq, self.next_dispatch)
+        return (self.time, self.next_seq, self.next_dispatch, self.blocked_due)
 
     def restore(self, saved: tuple) -> None:
-        self.time, self.next_seq, self.next_dispatch = saved
+        self.time, self.next_seq, self.next_dispatch, self.blocked_due = saved
 
     # -- journaled structural changes --------------------------------------------------------
 
@@ -234,6 +237,14 @@ class State:
         self.save(self)
         self.next_dispatch += 1
         return self.next_dispatch - 1
+
+    def block(self, job: Job, queue: Queue) -> None:
+        """Register a RUNNABLE job waiting with a reason a time limit may apply to."""
+        self.put(self.blocked, job.job_id, (job.queue, job.share))
+        seconds = queue.time_limits.get(job.reason_code)
+        if seconds is not None and job.reason_since + seconds < self.blocked_due:
+            self.save(self)
+            self.blocked_due = job.reason_since + seconds
 
     def put(self, mapping: dict, key: Any, value: Any) -> None:
         if key in mapping:

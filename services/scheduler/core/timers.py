@@ -72,6 +72,9 @@ def _next_due(state: State, until: float):
                 best = (deadline, job_id, job, None)
             break
         state.pop(timeouts)  # the attempt already ended
+    if not state.blocked or state.blocked_due > until:
+        return None if best is None else (best[0], best[2], best[3])
+    earliest = float("inf")  # the new lower bound of the blocked heads' limits
     for job_id, (queue_name, share_name) in sorted(state.blocked.items()):
         job = state.jobs.get(job_id)
         if job is None or job.status is not JobStatus.RUNNABLE or job.reason_code is None:
@@ -79,14 +82,20 @@ def _next_due(state: State, until: float):
             continue
         queue = state.queues.get(queue_name)
         seconds = None if queue is None else queue.time_limits.get(job.reason_code)
-        if seconds is None or job.reason_since + seconds > until:
-            continue  # no limit for its reason, or not due yet: no need to look further
+        if seconds is None:
+            continue  # no limit for its reason (a queue update resets the bound)
+        earliest = min(earliest, job.reason_since + seconds)
+        if job.reason_since + seconds > until:
+            continue  # not due yet: no need to look further
         limit = _time_limit(state, queue_name, share_name, job)
         if limit is None:
             continue  # not at the head right now, or its reason no longer holds
         deadline = job.reason_since + limit[0]
         if best is None or (deadline, job_id) < best[:2]:
             best = (deadline, job_id, job, limit[1])
+    if earliest != state.blocked_due:
+        state.save(state)
+        state.blocked_due = earliest
     return None if best is None else (best[0], best[2], best[3])
 
 
