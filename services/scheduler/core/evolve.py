@@ -281,17 +281,17 @@ def _wake_heads_needing(state: State, queue: Queue, unit: str) -> None:
     """Mark dirty the clean shares whose head needs `unit`: only they can gain from a change
     to it.  A clean share's head stays its head until the share is marked (any enqueue ahead
     of it, or the head leaving, marks it), and every check of a placement (fits, reclaim and
-    in-share victims) looks at the units the head needs and no other."""
+    in-share victims) reads only the units the head needs (`Share.waits_on`)."""
     names = queue.listing.get(unit)
     if not names:
         return
     dirty, shares = queue.dirty, queue.shares
     woken = []
     for name in names:
-        if name in dirty:
-            continue
-        head = state.head(shares[name])
-        if head is not None and any(needed == unit for needed, _ in head.need):
-            woken.append(name)
+        if name not in dirty:
+            for needed, _ in shares[name].waits_on:
+                if needed == unit:
+                    woken.append(name)
+                    break
     if woken:
         state.mark_dirty(queue, *woken)

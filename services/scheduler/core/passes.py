@@ -110,7 +110,7 @@ def _place_one(round_: Round, environment: Environment, queue: Queue, heads) -> 
             if victims:
                 return _dispatch(round_, queue, share, head, victims,
                                  PreemptionReason.IN_SHARE_PRIORITY)  # fmt: skip
-        state.mark_clean(queue, share.name)
+        state.mark_clean(queue, share.name, head.need)
     borrowers.sort(key=lambda pair: borrower_order(*pair))
     for share, head in borrowers:
         if _fits(environment, queue, share, head):
@@ -121,7 +121,7 @@ def _place_one(round_: Round, environment: Environment, queue: Queue, heads) -> 
             if victims:
                 return _dispatch(round_, queue, share, head, victims,
                                  PreemptionReason.IN_SHARE_PRIORITY)  # fmt: skip
-        state.mark_clean(queue, share.name)
+        state.mark_clean(queue, share.name, head.need)
     return False
 
 

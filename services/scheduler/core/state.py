@@ -82,7 +82,7 @@ class Job:
 class Share:
     __slots__ = (
         "name", "queue", "limits", "strategy", "borrow_limit_percent", "in_share_preemption",
-        "state", "config", "usage", "heap", "dispatched",
+        "state", "config", "usage", "heap", "dispatched", "waits_on",
     )  # fmt: skip
 
     def __init__(self, name: str, queue: str):
@@ -97,6 +97,9 @@ class Share:
         self.usage: dict[str, int] = {}
         self.heap: list[HeapEntry] = []
         self.dispatched: dict[str, Job] = {}  # insertion order = dispatch order
+        # While the share is clean (see passes.py): the need of the head that could not be
+        # placed; only a change to one of these units can let it through.
+        self.waits_on: Need = ()
 
     def limit(self, unit: str) -> int:
         return self.limits.get(unit, 0)
@@ -115,11 +118,11 @@ class Share:
 
     def snapshot(self) -> tuple:
         return (self.limits, self.strategy, self.borrow_limit_percent, self.in_share_preemption,
-                self.state, self.config, self.usage)  # fmt: skip
+                self.state, self.config, self.usage, self.waits_on)  # fmt: skip
 
     def restore(self, saved: tuple) -> None:
         (self.limits, self.strategy, self.borrow_limit_percent, self.in_share_preemption,
-         self.state, self.config, self.usage) = saved  # fmt: skip
+         self.state, self.config, self.usage, self.waits_on) = saved  # fmt: skip
 
 
 class Queue:
@@ -298,10 +301,16 @@ class State:
             self.save(queue)
             queue.dirty = queue.dirty.union(names)
 
-    def mark_clean(self, queue: Queue, share_name: str) -> None:
+    def mark_clean(self, queue: Queue, share_name: str, waits_on: Need = ()) -> None:
+        """The share's head was evaluated and cannot be placed now; `waits_on` is the need a
+        capacity change must touch to wake it (none: only its own share's changes can)."""
         if share_name in queue.dirty:
             self.save(queue)
             queue.dirty = queue.dirty - {share_name}
+            share = queue.shares.get(share_name)
+            if share is not None:
+                self.save(share)
+                share.waits_on = waits_on
 
 
 class Trial:
