@@ -90,6 +90,23 @@ def within_own_limit(share: Share, need: Need) -> bool:
     return True
 
 
+def borrow_refused(share: Share, need: Need) -> bool:
+    """Would `need` take the share past what it may use at all: borrowing when its strategy
+    does not borrow, or beyond its borrow ceiling?  Only the share's own usage and its
+    configuration decide this, so nothing another share does can change the answer."""
+    usage, limits = share.usage, share.limits
+    for unit, quantity in need:
+        after = usage.get(unit, 0) + quantity
+        limit = limits.get(unit, 0)
+        if after > limit:
+            if not share.strategy.borrows:
+                return True
+            ceiling = share.borrow_ceiling(unit)
+            if ceiling is not None and after > limit + ceiling:
+                return True
+    return False
+
+
 def borrowed_by(share: Share, need: Need) -> list[tuple[str, int]]:
     """The part of `need` that lies beyond the share's own limit if dispatched now."""
     borrowed = []

@@ -263,9 +263,11 @@ def _enqueue(state: State, job: Job) -> None:
 def _release(state: State, job: Job) -> None:
     """A dispatched job stops holding capacity.
 
-    Only shares that list a released unit can gain from it: for every other unit usage,
-    borrowing and lending are unchanged, and a head needing a unit its share does not list
-    is blocked until the configuration changes (which marks every share anyway).
+    Its own share is marked (its head may be waiting for exactly this), and so is every clean
+    share whose waiting head needs a released unit: for every other unit usage, borrowing and
+    lending are unchanged.  A head its share may not borrow for waits on no unit (only its
+    own share's releases help it), and a blocked head waits for a configuration change
+    (which marks every share anyway).
     """
     queue: Queue = state.queues[job.queue]
     share: Share | None = queue.shares.get(job.share)
@@ -273,6 +275,7 @@ def _release(state: State, job: Job) -> None:
         return
     state.drop(share.dispatched, job.job_id)
     add_usage(state, queue, share, job.need, -1)
+    state.mark_dirty(queue, share.name)  # its own head may wait for its own capacity
     for unit, _ in job.need:
         _wake_heads_needing(state, queue, unit)
 

@@ -8,9 +8,12 @@ Order within a pass (ruling 7), repeated after every placement:
 Each share is strictly head-of-line: only its first RUNNABLE job is considered.
 
 Only *dirty* shares are evaluated: those whose head changed or that may have gained room since
-they last failed.  A failed head stays failed until capacity is released (that marks the whole
-queue dirty) or its share changes, because every placement only ever takes capacity away from
-the others; `check_stable` in the tests proves a full re-evaluation would find nothing more.
+they last failed.  A failed head stays failed until capacity it needs is released (or
+borrowed, making reclaim possible), its own share releases anything, or its share or the
+configuration changes, because every placement only ever takes capacity away from the others.
+A clean share records what can wake it (`Share.waits_on`: its head's need, or nothing when its
+own share may not borrow for it); `check_stable` in the tests proves a full re-evaluation
+would find nothing more.
 """
 
 from __future__ import annotations
@@ -25,7 +28,12 @@ from events.values import (
     StatusCause,
 )
 from events.values import State as OnOff
-from services.scheduler.core.accounting import Scratch, borrowed_by, within_own_limit
+from services.scheduler.core.accounting import (
+    Scratch,
+    borrow_refused,
+    borrowed_by,
+    within_own_limit,
+)
 from services.scheduler.core.admission import blocked_reason
 from services.scheduler.core.ordering import borrower_order, share_order
 from services.scheduler.core.preemption import in_share_victims, reclaim_victims
@@ -121,7 +129,12 @@ def _place_one(round_: Round, environment: Environment, queue: Queue, heads) -> 
             if victims:
                 return _dispatch(round_, queue, share, head, victims,
                                  PreemptionReason.IN_SHARE_PRIORITY)  # fmt: skip
-        state.mark_clean(queue, share.name, head.need)
+            state.mark_clean(queue, share.name, head.need)
+        else:
+            # A head its own share may not borrow for waits for that share's own releases
+            # (which always mark it); other shares' changes cannot help it.
+            waits_on = () if borrow_refused(share, head.need) else head.need
+            state.mark_clean(queue, share.name, waits_on)
     return False
 
 
