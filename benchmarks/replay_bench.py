@@ -11,7 +11,7 @@ workload and one workload's heap does not slow the next), and inside that proces
 - floor:  `json.dumps(json.loads(line))` for every line: the cost of merely decoding and
           re-encoding the input with Python's json module;
 - replay: `services.replay.replay_lines` over the same lines, encoding every fact exactly as
-          `quotasched replay` does (`fact.model_dump_json(by_alias=True)`);
+          `quotasched replay` does (`events.codec.encode_bytes`);
 
 both over lines already read into memory, best of N repetitions, each replay from a fresh
 State.  Times are the process's CPU time (`time.process_time`), which a busy shared machine
@@ -90,6 +90,7 @@ def _replay(lines: list[bytes], start: int) -> tuple[float, float, int, int]:
     """CPU and wall seconds for lines[start:] (facts encoded as the CLI does), facts, bytes.
 
     lines[:start] are replayed first into the same state, untimed and unencoded."""
+    from events.codec import encode_bytes
     from services.replay import replay_lines
     from services.scheduler.core import State
 
@@ -105,7 +106,7 @@ def _replay(lines: list[bytes], start: int) -> tuple[float, float, int, int]:
     facts = size = 0
     for fact in replay_lines(feed(), state):
         if clock:
-            size += len(fact.model_dump_json(by_alias=True))
+            size += len(encode_bytes(fact))
             facts += 1
     cpu_end, wall_end = _clock()
     return cpu_end - clock[0][0], wall_end - clock[0][1], facts, size

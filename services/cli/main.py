@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from events.codec import command_schema, decode_fact, fact_schema
+from events.codec import command_schema, decode_fact, encode_bytes, fact_schema
 from services.cli import services_cli
 from services.replay import replay_lines
 from services.scheduler.core import State, state_document
@@ -51,17 +51,18 @@ def replay(
     """
     state = State()
     handle = _open_lines(file)
-    out = sys.stdout
+    sys.stdout.flush()
+    out = sys.stdout.buffer  # bytes straight from pydantic-core: no str round trip per fact
     try:
         with handle:
-            buffer: list[str] = []
+            buffer: list[bytes] = []
             for fact in replay_lines(handle, state):
-                buffer.append(fact.model_dump_json(by_alias=True))
+                buffer.append(encode_bytes(fact))
                 if len(buffer) >= 4096:
-                    out.write("\n".join(buffer) + "\n")
+                    out.write(b"\n".join(buffer) + b"\n")
                     buffer.clear()
             if buffer:
-                out.write("\n".join(buffer) + "\n")
+                out.write(b"\n".join(buffer) + b"\n")
     except OSError as error:
         typer.echo(f"quotasched replay: cannot read {file}: {error}", err=True)
         raise typer.Exit(2) from None
