@@ -151,14 +151,18 @@ def _submitted(state: State, fact: F.JobSubmitted) -> None:
 @_case(F.JobPriorityUpdated)
 def _priority(state: State, fact: F.JobPriorityUpdated) -> None:
     job = state.jobs[fact.job_id]
+    queue = state.queues[job.queue]
+    share = queue.shares.get(job.share)
+    runnable = job.status is JobStatus.RUNNABLE
+    was_head = runnable and share is not None and state.head(share) is job
     state.save(job)
     job.priority = fact.scheduling_priority
-    if job.status is JobStatus.RUNNABLE:
-        _enqueue(state, job)
-    # A dispatched job's new priority changes who may preempt it inside its share.
-    queue = state.queues[job.queue]
-    if job.share in queue.shares:
-        state.mark_dirty(queue, job.share)
+    if runnable:
+        _enqueue(state, job)  # marks the share if the job goes ahead of its head
+    # A head whose priority drops may no longer be the head; a dispatched job's new priority
+    # changes who may preempt it inside its share.
+    if share is not None and (was_head or (job.status.dispatched and share.in_share_preemption)):
+        state.mark_dirty(queue, share.name)
 
 
 @_case(F.JobDispatched)

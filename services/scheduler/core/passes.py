@@ -64,7 +64,7 @@ def schedule_queue(round_: Round, queue: Queue) -> None:
 
 
 def _dirty_heads(round_: Round, environment: Environment, queue: Queue) -> list[tuple[Share, Job]]:
-    """Heads of the dirty shares that could fit some day; blocked heads are reported once."""
+    """Heads of the dirty shares that could be placed now; blocked heads are reported once."""
     state = round_.state
     heads = []
     for share in queue.shares.values():
@@ -74,29 +74,38 @@ def _dirty_heads(round_: Round, environment: Environment, queue: Queue) -> list[
         if head is None:
             state.mark_clean(queue, share.name)
             continue
-        if head.admitted == queue.epoch:
-            heads.append((share, head))
+        if head.admitted != queue.epoch and not _admitted(round_, environment, queue, share, head):
             continue
-        blocked = blocked_reason(environment, queue, share, head.need)
-        if blocked is not None:
-            reason, text = blocked
-            if head.reason_code != reason.value or head.status_reason != text:
-                round_.emit(F.ShareBlocked(
-                    at=round_.at, command_seq=round_.seq, job_queue=queue.name,
-                    quota_share_name=share.name, job_id=head.job_id, reason=reason,
-                    status_reason=text,
-                ))  # fmt: skip
+        if not share.in_share_preemption and borrow_refused(share, head.need):
+            # It could only borrow, and its share may not: it waits for its own share's
+            # releases (which always mark the share), whatever the other shares do.
             state.mark_clean(queue, share.name)
             continue
-        if head.reason_code in _MISCONFIGURED:
-            # The configuration changed under a blocked head: it is an ordinary waiter again.
-            round_.emit(F.JobStatusChanged(
-                at=round_.at, command_seq=round_.seq, job_id=head.job_id, attempt=head.attempt,
-                status=JobStatus.RUNNABLE, status_reason=None, cause=StatusCause.UNBLOCKED,
-            ))  # fmt: skip
-        head.admitted = queue.epoch  # a cache, safe to keep across an undone trial (epochs are unique)
         heads.append((share, head))
     return heads
+
+
+def _admitted(round_: Round, environment: Environment, queue: Queue, share: Share, head: Job) -> bool:
+    """Can `head` fit some day as things are configured?  If not, its share is blocked."""
+    blocked = blocked_reason(environment, queue, share, head.need)
+    if blocked is not None:
+        reason, text = blocked
+        if head.reason_code != reason.value or head.status_reason != text:
+            round_.emit(F.ShareBlocked(
+                at=round_.at, command_seq=round_.seq, job_queue=queue.name,
+                quota_share_name=share.name, job_id=head.job_id, reason=reason,
+                status_reason=text,
+            ))  # fmt: skip
+        round_.state.mark_clean(queue, share.name)
+        return False
+    if head.reason_code in _MISCONFIGURED:
+        # The configuration changed under a blocked head: it is an ordinary waiter again.
+        round_.emit(F.JobStatusChanged(
+            at=round_.at, command_seq=round_.seq, job_id=head.job_id, attempt=head.attempt,
+            status=JobStatus.RUNNABLE, status_reason=None, cause=StatusCause.UNBLOCKED,
+        ))  # fmt: skip
+    head.admitted = queue.epoch  # a cache, safe to keep across an undone trial (epochs are unique)
+    return True
 
 
 def _place_one(round_: Round, environment: Environment, queue: Queue, heads) -> bool:
@@ -129,12 +138,7 @@ def _place_one(round_: Round, environment: Environment, queue: Queue, heads) -> 
             if victims:
                 return _dispatch(round_, queue, share, head, victims,
                                  PreemptionReason.IN_SHARE_PRIORITY)  # fmt: skip
-            state.mark_clean(queue, share.name, head.need)
-        else:
-            # A head its own share may not borrow for waits for that share's own releases
-            # (which always mark it); other shares' changes cannot help it.
-            waits_on = () if borrow_refused(share, head.need) else head.need
-            state.mark_clean(queue, share.name, waits_on)
+        state.mark_clean(queue, share.name, head.need)
     return False
 
 
