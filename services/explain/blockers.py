@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from services.scheduler.core import State
 from services.scheduler.core.accounting import contribution, within_own_limit
-from services.scheduler.core.state import Environment, Job, Queue, Share
+from services.scheduler.core.entities import Environment, Job, Queue, Share
 
 
 def _blockers(state: State, environment: Environment, queue: Queue, share: Share, job: Job,

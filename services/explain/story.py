@@ -15,7 +15,7 @@ from services.explain.contexts import _dispatch_context, _preemption_context
 from services.explain.sentences import _sentence, _time
 from services.explain.waiting import _waiting
 from services.scheduler.core import State, evolve
-from services.scheduler.core.state import Job
+from services.scheduler.core.entities import Job
 
 WAITING = "Waiting"  # the kind of an entry derived from the state, not a fact of its own
 

@@ -9,7 +9,7 @@ from events.values import State as OnOff
 from services.explain.blockers import _blockers
 from services.scheduler.core import State
 from services.scheduler.core.admission import blocked_reason
-from services.scheduler.core.state import Job, Share
+from services.scheduler.core.entities import Job, Share
 
 # -- why a job waits ---------------------------------------------------------------------------
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from events.subjects import API_PREFIX
-from services.scheduler.core.state import Job, State
+from services.scheduler.core.entities import Job
+from services.scheduler.core.state import State
 from services.scheduler.partition import Partition
 
 ARN = "arn:aws:batch:local:000000000000"

@@ -16,7 +16,8 @@ from collections.abc import Callable
 from events import facts as F
 from events.values import JobStatus, PreemptionOutcome, StatusCause
 from services.scheduler.core.accounting import add_usage, recompute_totals
-from services.scheduler.core.state import Environment, Job, Queue, Share, State
+from services.scheduler.core.entities import Environment, Job, Queue, Share
+from services.scheduler.core.state import State
 
 _CASES: dict[type, Callable[[State, F.Fact], None]] = {}
 

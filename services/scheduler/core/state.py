@@ -1,7 +1,8 @@
-"""The shape of scheduler state, and the journal that lets a decision be tried and undone.
+"""The scheduler state, and the journal that lets a decision be tried and undone.
 
-State is a plain mutable object graph (environments, queues with their shares, jobs) because a
-scheduler with 100k queued jobs cannot copy itself per command.  Only `evolve` changes it.
+State is a plain mutable object graph (environments, queues with their shares, jobs; their
+classes are in entities.py) because a scheduler with 100k queued jobs cannot copy itself per
+command.  Only `evolve` changes it.
 Purity is kept by the journal: `decide` runs inside `State.trial()`, which records how to undo
 every change, and rolls them all back unless the caller commits.
 
@@ -21,162 +22,8 @@ import heapq
 from collections.abc import Callable
 from typing import Any
 
-from events.values import JobStatus, SharingStrategy, State as OnOff
-
-Need = tuple[tuple[str, int], ...]
-HeapEntry = tuple[int, int, str]  # (-priority, acceptance seq, job id): heap order = dispatch order
-
-
-class Job:
-    __slots__ = (
-        "job_id", "job_name", "queue", "share", "priority", "seq", "need", "status", "attempt",
-        "preempted_count", "preemption_retries", "attempts_max", "attempts_used", "retry_rules",
-        "attempt_timeout_s", "status_reason", "reason_code", "reason_since", "dispatched_at",
-        "dispatch_order", "borrowed", "is_terminated", "client_token", "created_at", "admitted",
-    )  # fmt: skip
-
-    def __init__(self, job_id: str, job_name: str, queue: str, share: str, priority: int,
-                 seq: int, need: Need, created_at: float) -> None:  # fmt: skip
-        self.job_id = job_id
-        self.job_name = job_name
-        self.queue = queue
-        self.share = share
-        self.priority = priority
-        self.seq = seq
-        self.need = need
-        self.created_at = created_at
-        self.status = JobStatus.RUNNABLE
-        self.attempt = 0
-        self.preempted_count = 0
-        self.preemption_retries: int | None = None  # None: requeue after every preemption
-        self.attempts_max = 1
-        self.attempts_used = 1  # placing the job into RUNNABLE the first time is attempt 1
-        self.retry_rules: tuple = ()
-        self.attempt_timeout_s: int | None = None
-        self.status_reason: str | None = None
-        self.reason_code: str | None = None  # blocked / capacity reason code while RUNNABLE
-        self.reason_since: float | None = None
-        self.dispatched_at: float | None = None
-        self.dispatch_order = 0
-        self.borrowed: Need = ()
-        self.is_terminated = False
-        self.client_token: str | None = None
-        self.admitted = 0  # config epoch under which this job was last found admissible
-
-    def key(self) -> HeapEntry:
-        return (-self.priority, self.seq, self.job_id)
-
-    def snapshot(self) -> tuple:
-        return tuple(getattr(self, name) for name in self.__slots__)
-
-    def restore(self, saved: tuple) -> None:
-        for name, value in zip(self.__slots__, saved):
-            setattr(self, name, value)
-
-    # Pickled (snapshots) as the tuple of its slots: half the bytes of the default
-    # slots-dict form, and faster both ways.
-    __getstate__ = snapshot
-    __setstate__ = restore
-
-
-class Share:
-    __slots__ = (
-        "name", "queue", "limits", "strategy", "borrow_limit_percent", "in_share_preemption",
-        "state", "config", "usage", "heap", "dispatched", "waits_on",
-    )  # fmt: skip
-
-    def __init__(self, name: str, queue: str):
-        self.name = name
-        self.queue = queue
-        self.limits: dict[str, int] = {}
-        self.strategy = SharingStrategy.RESERVE
-        self.borrow_limit_percent: int | None = 0  # None: unlimited (AWS's -1)
-        self.in_share_preemption = False
-        self.state = OnOff.ENABLED
-        self.config: Any = None  # the QuotaShareCreated/Updated fact that set the configuration
-        self.usage: dict[str, int] = {}
-        self.heap: list[HeapEntry] = []
-        self.dispatched: dict[str, Job] = {}  # insertion order = dispatch order
-        # While the share is clean (see passes.py): the need of the head that could not be
-        # placed; only a change to one of these units can let it through.
-        self.waits_on: Need = ()
-
-    def limit(self, unit: str) -> int:
-        return self.limits.get(unit, 0)
-
-    def used(self, unit: str) -> int:
-        return self.usage.get(unit, 0)
-
-    def borrow_ceiling(self, unit: str) -> int | None:
-        """Most a share may use beyond its own limit for `unit`; None is unlimited.
-
-        A percentage of the own limit, rounded down (ruling: fractional ceilings round down).
-        """
-        if self.borrow_limit_percent is None:
-            return None
-        return self.limit(unit) * self.borrow_limit_percent // 100
-
-    def snapshot(self) -> tuple:
-        return (self.limits, self.strategy, self.borrow_limit_percent, self.in_share_preemption,
-                self.state, self.config, self.usage, self.waits_on)  # fmt: skip
-
-    def restore(self, saved: tuple) -> None:
-        (self.limits, self.strategy, self.borrow_limit_percent, self.in_share_preemption,
-         self.state, self.config, self.usage, self.waits_on) = saved  # fmt: skip
-
-
-class Queue:
-    __slots__ = (
-        "name", "environment", "policy", "priority", "state", "time_limits", "config", "shares",
-        "usage", "borrowed", "idle", "lendable", "listing", "dirty", "epoch",
-    )  # fmt: skip
-
-    def __init__(self, name: str):
-        self.name = name
-        self.environment = ""
-        self.policy = ""
-        self.priority = 1
-        self.state = OnOff.ENABLED
-        self.time_limits: dict[str, int] = {}  # blocked reason code -> seconds before TERMINATE
-        self.config: Any = None
-        self.shares: dict[str, Share] = {}  # creation order
-        # Totals over the shares, per capacity unit (see accounting.py for the meaning):
-        self.usage: dict[str, int] = {}  # sum of U
-        self.borrowed: dict[str, int] = {}  # sum of max(0, U - L)
-        self.idle: dict[str, int] = {}  # sum over lending shares of max(0, L - U)
-        self.lendable: dict[str, int] = {}  # sum over lending shares of L (configured)
-        self.listing: dict[str, tuple[str, ...]] = {}  # unit -> shares with a limit for it
-        # Shares whose head may have become placeable since it was last evaluated.
-        self.dirty: frozenset[str] = frozenset()
-        # Changes whenever anything admission depends on changes (see State.new_epoch).
-        self.epoch = 0
-
-    def snapshot(self) -> tuple:
-        return (self.environment, self.policy, self.priority, self.state, self.time_limits,
-                self.config, self.usage, self.borrowed, self.idle, self.lendable, self.listing,
-                self.dirty, self.epoch)  # fmt: skip
-
-    def restore(self, saved: tuple) -> None:
-        (self.environment, self.policy, self.priority, self.state, self.time_limits, self.config,
-         self.usage, self.borrowed, self.idle, self.lendable, self.listing, self.dirty,
-         self.epoch) = saved  # fmt: skip
-
-
-class Environment:
-    __slots__ = ("name", "capacity", "state", "queue", "config")
-
-    def __init__(self, name: str):
-        self.name = name
-        self.capacity: dict[str, int] = {}
-        self.state = OnOff.ENABLED
-        self.queue: str | None = None  # the one job queue it serves
-        self.config: Any = None
-
-    def snapshot(self) -> tuple:
-        return (self.capacity, self.state, self.queue, self.config)
-
-    def restore(self, saved: tuple) -> None:
-        self.capacity, self.state, self.queue, self.config = saved
+from events.values import JobStatus
+from services.scheduler.core.entities import Environment, Job, Need, Queue, Share
 
 
 class State:
