@@ -9,8 +9,8 @@ from events.values import PreemptionReason
 from services.explain.blockers import _blockers
 from services.explain.sentences import _time
 from services.scheduler.core import State
-from services.scheduler.core.ordering import cross_share_victim_order, in_share_victim_order
 from services.scheduler.core.entities import Environment, Job, Queue
+from services.scheduler.core.ordering import cross_share_victim_order, in_share_victim_order
 
 # -- contexts, read right before a fact --------------------------------------------------------
 

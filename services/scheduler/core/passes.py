@@ -35,10 +35,10 @@ from services.scheduler.core.accounting import (
     within_own_limit,
 )
 from services.scheduler.core.admission import blocked_reason
+from services.scheduler.core.entities import Environment, Job, Queue, Share
 from services.scheduler.core.ordering import borrower_order, share_order
 from services.scheduler.core.preemption import in_share_victims, reclaim_victims
 from services.scheduler.core.round import Round
-from services.scheduler.core.entities import Environment, Job, Queue, Share
 
 _MISCONFIGURED = frozenset(
     {BlockedReason.SERVICE_ENVIRONMENT_MAX_RESOURCE.value,

@@ -18,8 +18,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from services.scheduler.core.accounting import Scratch
-from services.scheduler.core.ordering import cross_share_victim_order, in_share_victim_order
 from services.scheduler.core.entities import Environment, Job, Queue, Share
+from services.scheduler.core.ordering import cross_share_victim_order, in_share_victim_order
 
 
 def reclaim_victims(environment: Environment, queue: Queue, share: Share, head: Job) -> list[Job]:

@@ -14,9 +14,9 @@ from fnmatch import fnmatchcase
 from events import facts as F
 from events.values import BlockedReason, JobStatus, RetryAction, StatusCause
 from services.scheduler.core.admission import blocked_reason
+from services.scheduler.core.entities import Job
 from services.scheduler.core.passes import schedule
 from services.scheduler.core.round import Round
-from services.scheduler.core.entities import Job
 from services.scheduler.core.state import State
 
 ATTEMPT_TIMED_OUT = "Job attempt duration exceeded timeout"
