@@ -37,7 +37,11 @@ from services.scheduler.core.accounting import (
 from services.scheduler.core.admission import blocked_reason
 from services.scheduler.core.entities import Environment, Job, Queue, Share
 from services.scheduler.core.ordering import borrower_order, share_order
-from services.scheduler.core.preemption import in_share_victims, reclaim_victims
+from services.scheduler.core.preemption import (
+    in_share_candidates,
+    in_share_victims,
+    reclaim_victims,
+)
 from services.scheduler.core.round import Round
 
 _MISCONFIGURED = frozenset(
@@ -76,9 +80,12 @@ def _dirty_heads(round_: Round, environment: Environment, queue: Queue) -> list[
             continue
         if head.admitted != queue.epoch and not _admitted(round_, environment, queue, share, head):
             continue
-        if not share.in_share_preemption and borrow_refused(share, head.need):
-            # It could only borrow, and its share may not: it waits for its own share's
-            # releases (which always mark the share), whatever the other shares do.
+        if borrow_refused(share, head.need) and not (
+            share.in_share_preemption and in_share_candidates(share, head)
+        ):
+            # It could only borrow, its share may not, and no job of its own share could make
+            # room for it: it waits for its own share's changes (which always mark the share),
+            # whatever the other shares do.
             state.mark_clean(queue, share.name)
             continue
         heads.append((share, head))

@@ -55,16 +55,23 @@ def reclaim_victims(environment: Environment, queue: Queue, share: Share, head: 
     return [single] if single is not None else []
 
 
-def in_share_victims(environment: Environment, queue: Queue, share: Share, head: Job) -> list[Job]:
+def in_share_candidates(share: Share, head: Job) -> list[Job]:
+    """The share's dispatched jobs in-share preemption may take for `head`: strictly lower
+    priority, holding a unit it needs.  Only the share's own changes alter this list."""
     if not share.dispatched:
         return []
     units = {unit for unit, _ in head.need}
-    candidates = [
+    return [
         job for job in share.dispatched.values()
         if job.priority < head.priority and any(unit in units for unit, _ in job.need)
     ]  # fmt: skip
+
+
+def in_share_victims(environment: Environment, queue: Queue, share: Share, head: Job) -> list[Job]:
+    candidates = in_share_candidates(share, head)
     if not candidates:
         return []
+    units = {unit for unit, _ in head.need}
     key = in_share_victim_order(units)
     return _search(environment, queue, share, head, sorted(candidates, key=key), key,
                    lambda scratch, job: True, band=lambda job: key(job)[:1])  # fmt: skip
