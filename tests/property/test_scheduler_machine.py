@@ -1291,6 +1291,34 @@ def test_reclaim_frees_borrowed_capacity_only_and_never_a_share_back_at_its_limi
     assert machine.shadow.jobs["y1"].status == "RUNNABLE"
 
 
+_P4D = '[{"capacityUnit": "ml.p4d.24xlarge", "quantity": %d}]'
+
+
+def test_reclaim_never_takes_a_job_holding_only_capacity_its_share_owns():
+    """SE 2 ml.p4d.24xlarge (the shares own 3 + 2) and 5 ml.m5.xlarge; x and y
+    LEND_AND_BORROW, each with 2 m5.  y runs y1 (2 p4d: within its own p4d limit) and y2
+    (3 m5: borrowing one of x's idle m5).  x submits x1 (1 p4d + 1 m5), within its own limits;
+    the SE has no p4d left.  y is over its limit in m5, which x1 needs, so y2 is a reclaim
+    candidate, but taking it frees no p4d; y1 holds only p4d, where y is within its limit: not
+    borrowed capacity, so never a cross-share victim (3.4 rule 4), not even as the one job that
+    would free enough alone.  Nothing is preempted; x1 waits.  Found by the machine (5,000
+    examples): the single-victim fallback took y1."""
+    both = ('[{"capacityUnit": "ml.p4d.24xlarge", "maxCapacity": %d}, '
+            '{"capacityUnit": "ml.m5.xlarge", "maxCapacity": 2}]')  # fmt: skip
+    lines = _story('[{"capacityUnit": "ml.p4d.24xlarge", "maxCapacity": 2}, '
+                   '{"capacityUnit": "ml.m5.xlarge", "maxCapacity": 5}]',
+                   [("x", both % 3, '{"strategy": "LEND_AND_BORROW", "borrowLimit": 200}'),
+                    ("y", both % 2, '{"strategy": "LEND_AND_BORROW", "borrowLimit": 200}')],
+                   [("y1", "y", _P4D % 2), ("y2", "y", _M5 % 3),
+                    ("x1", "x", '[{"capacityUnit": "ml.p4d.24xlarge", "quantity": 1}, '
+                                '{"capacityUnit": "ml.m5.xlarge", "quantity": 1}]')])  # fmt: skip
+    machine, facts = _run_lines(lines)
+    assert machine.shadow.jobs["y2"].status == "SCHEDULED"
+    assert [f for f in facts if isinstance(f, F.JobPreempted)] == []
+    assert machine.shadow.jobs["x1"].status == "RUNNABLE"
+    assert machine.shadow.jobs["y1"].status == "SCHEDULED"
+
+
 def test_owner_reclaims_after_a_borrowing_dispatch_in_the_same_pass():
     """SE 7 ml.m5.xlarge; x LEND_AND_BORROW limit 4 runs a (4); y LEND limit 4 waits with b (4)
     (the SE is full for it, and nobody is over a limit yet).  x submits c (1): c borrows one of

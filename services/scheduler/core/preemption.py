@@ -26,14 +26,17 @@ def reclaim_victims(environment: Environment, queue: Queue, share: Share, head: 
     units = {unit for unit, _ in head.need}
     if not any(queue.borrowed.get(unit, 0) for unit in units):
         return []  # no share is over its limit in a contested unit: nothing to reclaim
-    lenders_over = [
-        other for other in queue.shares.values()
-        if other is not share
-        and any(other.usage.get(unit, 0) > other.limits.get(unit, 0) for unit in units)
-    ]  # fmt: skip
+    over = {
+        other.name: {unit for unit in units if other.usage.get(unit, 0) > other.limits.get(unit, 0)}
+        for other in queue.shares.values() if other is not share
+    }  # fmt: skip
+    # Only a job holding a contested unit in which its share is over its limit holds borrowed
+    # capacity; one that holds only units its share is within is never a victim (3.4 rule 4),
+    # not even as the single job that would free enough alone.
     candidates = [
-        job for other in lenders_over for job in other.dispatched.values()
-        if any(unit in units for unit, _ in job.need)
+        job for name, units_over in over.items() if units_over
+        for job in queue.shares[name].dispatched.values()
+        if any(unit in units_over for unit, _ in job.need)
     ]  # fmt: skip
     if not candidates:
         return []
