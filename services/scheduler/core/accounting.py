@@ -91,20 +91,26 @@ def within_own_limit(share: Share, need: Need) -> bool:
     return True
 
 
+def may_hold(share: Share, unit: str, amount: int) -> bool:
+    """May the share hold `amount` of `unit`: within its own limit, or beyond it as far as its
+    strategy (it borrows) and its borrow ceiling allow?"""
+    limit = share.limits.get(unit, 0)
+    if amount <= limit:
+        return True
+    if not share.strategy.borrows:
+        return False
+    ceiling = share.borrow_ceiling(unit)
+    return ceiling is None or amount <= limit + ceiling
+
+
 def borrow_refused(share: Share, need: Need) -> bool:
-    """Would `need` take the share past what it may use at all: borrowing when its strategy
-    does not borrow, or beyond its borrow ceiling?  Only the share's own usage and its
-    configuration decide this, so nothing another share does can change the answer."""
-    usage, limits = share.usage, share.limits
+    """Would `need` take the share past what it may hold at all (`may_hold`)?  Only the
+    share's own usage and its configuration decide this, so nothing another share does can
+    change the answer."""
+    usage = share.usage
     for unit, quantity in need:
-        after = usage.get(unit, 0) + quantity
-        limit = limits.get(unit, 0)
-        if after > limit:
-            if not share.strategy.borrows:
-                return True
-            ceiling = share.borrow_ceiling(unit)
-            if ceiling is not None and after > limit + ceiling:
-                return True
+        if not may_hold(share, unit, usage.get(unit, 0) + quantity):
+            return True
     return False
 
 
@@ -176,16 +182,11 @@ class Scratch:
             if cap is None or total.get(unit, 0) + quantity > cap:
                 return False
             used = share.usage.get(unit, 0) if overlay is None else self.used(share, unit)
-            limit = share.limits.get(unit, 0)
             bor_before, idle_before = contribution(share, unit, used)
             bor_after, idle_after = contribution(share, unit, used + quantity)
             borrowing = bor_after - bor_before
-            if borrowing:
-                if not share.strategy.borrows:
-                    return False
-                ceiling = share.borrow_ceiling(unit)
-                if ceiling is not None and used + quantity > limit + ceiling:
-                    return False
+            if borrowing and not may_hold(share, unit, used + quantity):
+                return False
             slack = self.idle.get(unit, 0) - self.borrowed.get(unit, 0)
             slack_after = slack - borrowing - (idle_before - idle_after)
             if slack_after < 0 and slack_after < slack:
