@@ -8,6 +8,8 @@ are here.  Registered with `round.handles`; decision.py runs them.
 
 from __future__ import annotations
 
+from typing import Any
+
 from events import commands as C
 from events import facts as F
 from events.values import (
@@ -110,7 +112,7 @@ def _sharing(config: ResourceSharingConfiguration) -> ResourceSharingConfigurati
 
 @handles(C.CreateQuotaShare)
 def _create_share(round_: Round, command: C.CreateQuotaShare) -> None:
-    names = {"job_queue": command.job_queue, "quota_share_name": command.quota_share_name}
+    names: dict[str, Any] = {"job_queue": command.job_queue, "quota_share_name": command.quota_share_name}
     queue = round_.state.queues.get(command.job_queue)
     if queue is None:
         raise Rejected(f"Job queue {command.job_queue} does not exist", **names)

@@ -16,6 +16,8 @@ No I/O, no clock, no randomness, no logging: the same commands give the same fac
 
 from __future__ import annotations
 
+from typing import Any
+
 from events import commands as C
 from events import facts as F
 from events.codec import DecodeError, decode_command
@@ -110,7 +112,7 @@ def reject_undecodable(state: State, error: DecodeError, seq: int, stamp: float)
     )  # fmt: skip
 
 
-def reject(state: State, kind: str, reason: str, seq: int, at: float, **names: str | None) -> list[F.Fact]:
+def reject(state: State, kind: str, reason: str, seq: int, at: float, **names: Any) -> list[F.Fact]:
     """Refuse a command before the core could read it (undecodable, or misrouted on the bus)."""
     fact = F.CommandRejected(
         at=max(at, state.time), command_seq=seq, command_kind=kind, status_reason=reason,

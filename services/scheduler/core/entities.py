@@ -2,6 +2,11 @@
 
 Each one has `__slots__` and a `snapshot`/`restore` pair: `State.save(obj)` keeps a snapshot
 before a slot changes, so a trial can be undone (state.py).  Only `evolve` changes them.
+
+Scheduler snapshots pickle them.  Each says what it pickles to (`__getstate__`): the same
+tuple whether the core runs interpreted or compiled, so either can load a snapshot the other
+wrote.  Every constructor argument has a default because mypyc's classes are unpickled by
+calling the class with none, then `__setstate__`.
 """
 
 from __future__ import annotations
@@ -14,16 +19,22 @@ Need = tuple[tuple[str, int], ...]
 HeapEntry = tuple[int, int, str]  # (-priority, acceptance seq, job id): heap order = dispatch order
 
 
-class Job:
-    __slots__ = (
-        "job_id", "job_name", "queue", "share", "priority", "seq", "need", "status", "attempt",
-        "preempted_count", "preemption_retries", "attempts_max", "attempts_used", "retry_rules",
-        "attempt_timeout_s", "status_reason", "reason_code", "reason_since", "dispatched_at",
-        "dispatch_order", "borrowed", "is_terminated", "client_token", "created_at", "admitted",
-    )  # fmt: skip
+# A job's fields, in the order of its `snapshot()`: readers that list them (views.py) use this,
+# since a class compiled by mypyc has no `__slots__` attribute to read.
+JOB_FIELDS: tuple[str, ...] = (
+    "job_id", "job_name", "queue", "share", "priority", "seq", "need", "status", "attempt",
+    "preempted_count", "preemption_retries", "attempts_max", "attempts_used", "retry_rules",
+    "attempt_timeout_s", "status_reason", "reason_code", "reason_since", "dispatched_at",
+    "dispatch_order", "borrowed", "is_terminated", "client_token", "created_at", "admitted",
+)  # fmt: skip
 
-    def __init__(self, job_id: str, job_name: str, queue: str, share: str, priority: int,
-                 seq: int, need: Need, created_at: float) -> None:  # fmt: skip
+
+class Job:
+    __slots__ = JOB_FIELDS
+
+    def __init__(self, job_id: str = "", job_name: str = "", queue: str = "", share: str = "",
+                 priority: int = 0, seq: int = 0, need: Need = (),
+                 created_at: float = 0.0) -> None:  # fmt: skip
         self.job_id = job_id
         self.job_name = job_name
         self.queue = queue
@@ -53,17 +64,35 @@ class Job:
     def key(self) -> HeapEntry:
         return (-self.priority, self.seq, self.job_id)
 
+    # Every slot, in `__slots__` order: written out rather than read with getattr, so the
+    # compiled core (see __init__.py) keeps them as native attributes.
     def snapshot(self) -> tuple:
-        return tuple(getattr(self, name) for name in self.__slots__)
+        return (
+            self.job_id, self.job_name, self.queue, self.share, self.priority, self.seq,
+            self.need, self.status, self.attempt, self.preempted_count,
+            self.preemption_retries, self.attempts_max, self.attempts_used, self.retry_rules,
+            self.attempt_timeout_s, self.status_reason, self.reason_code, self.reason_since,
+            self.dispatched_at, self.dispatch_order, self.borrowed, self.is_terminated,
+            self.client_token, self.created_at, self.admitted,
+        )  # fmt: skip
 
     def restore(self, saved: tuple) -> None:
-        for name, value in zip(self.__slots__, saved):
-            setattr(self, name, value)
+        (
+            self.job_id, self.job_name, self.queue, self.share, self.priority, self.seq,
+            self.need, self.status, self.attempt, self.preempted_count,
+            self.preemption_retries, self.attempts_max, self.attempts_used, self.retry_rules,
+            self.attempt_timeout_s, self.status_reason, self.reason_code, self.reason_since,
+            self.dispatched_at, self.dispatch_order, self.borrowed, self.is_terminated,
+            self.client_token, self.created_at, self.admitted,
+        ) = saved  # fmt: skip
 
     # Pickled (snapshots) as the tuple of its slots: half the bytes of the default
     # slots-dict form, and faster both ways.
-    __getstate__ = snapshot
-    __setstate__ = restore
+    def __getstate__(self) -> tuple:
+        return self.snapshot()
+
+    def __setstate__(self, saved: tuple) -> None:
+        self.restore(saved)
 
 
 class Share:
@@ -72,7 +101,7 @@ class Share:
         "state", "config", "usage", "heap", "dispatched", "waits_on",
     )  # fmt: skip
 
-    def __init__(self, name: str, queue: str):
+    def __init__(self, name: str = "", queue: str = ""):
         self.name = name
         self.queue = queue
         self.limits: dict[str, int] = {}
@@ -111,6 +140,13 @@ class Share:
         (self.limits, self.strategy, self.borrow_limit_percent, self.in_share_preemption,
          self.state, self.config, self.usage, self.waits_on) = saved  # fmt: skip
 
+    def __getstate__(self) -> tuple:
+        return (self.name, self.queue, self.heap, self.dispatched, self.snapshot())
+
+    def __setstate__(self, saved: tuple) -> None:
+        self.name, self.queue, self.heap, self.dispatched, kept = saved
+        self.restore(kept)
+
 
 class Queue:
     __slots__ = (
@@ -118,7 +154,7 @@ class Queue:
         "usage", "borrowed", "idle", "lendable", "listing", "dirty", "epoch",
     )  # fmt: skip
 
-    def __init__(self, name: str):
+    def __init__(self, name: str = ""):
         self.name = name
         self.environment = ""
         self.policy = ""
@@ -148,11 +184,18 @@ class Queue:
          self.usage, self.borrowed, self.idle, self.lendable, self.listing, self.dirty,
          self.epoch) = saved  # fmt: skip
 
+    def __getstate__(self) -> tuple:
+        return (self.name, self.shares, self.snapshot())
+
+    def __setstate__(self, saved: tuple) -> None:
+        self.name, self.shares, kept = saved
+        self.restore(kept)
+
 
 class Environment:
     __slots__ = ("name", "capacity", "state", "queue", "config")
 
-    def __init__(self, name: str):
+    def __init__(self, name: str = ""):
         self.name = name
         self.capacity: dict[str, int] = {}
         self.state = OnOff.ENABLED
@@ -164,3 +207,10 @@ class Environment:
 
     def restore(self, saved: tuple) -> None:
         self.capacity, self.state, self.queue, self.config = saved
+
+    def __getstate__(self) -> tuple:
+        return (self.name, self.snapshot())
+
+    def __setstate__(self, saved: tuple) -> None:
+        self.name, kept = saved
+        self.restore(kept)

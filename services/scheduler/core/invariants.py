@@ -51,8 +51,8 @@ def check_state(state: State) -> list[str]:
                 problems.append(f"queue {queue.name} totals for {unit} are {kept}, "
                                 f"shares sum to {(used, borrowed, idle)}")  # fmt: skip
     for job in state.jobs.values():
-        share = state.queues[job.queue].shares.get(job.share)
-        held = share is not None and job.job_id in share.dispatched
+        owner = state.queues[job.queue].shares.get(job.share)
+        held = owner is not None and job.job_id in owner.dispatched
         if job.status.dispatched != held:
             problems.append(f"{job.job_id} is {job.status.value} but held={held}")
         retries = job.preemption_retries

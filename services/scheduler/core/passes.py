@@ -118,7 +118,8 @@ def _admitted(round_: Round, environment: Environment, queue: Queue, share: Shar
 def _place_one(round_: Round, environment: Environment, queue: Queue, heads) -> bool:
     """Place the first head that can be placed under the pass order; False if none can."""
     state = round_.state
-    owners, borrowers = [], []
+    owners: list[tuple[Share, Job]] = []
+    borrowers: list[tuple[Share, Job]] = []
     for pair in heads:
         (owners if within_own_limit(pair[0], pair[1].need) else borrowers).append(pair)
     owners.sort(key=lambda pair: share_order(*pair))
@@ -157,6 +158,7 @@ def _dispatch(round_: Round, queue: Queue, share: Share, head: Job, victims: lis
               reason: PreemptionReason | None) -> bool:  # fmt: skip
     """Emit the victims' preemptions, then the head's dispatch; capacity frees at once."""
     for victim in victims:
+        assert reason is not None  # a victim is always taken for a reason
         count = victim.preempted_count + 1
         retries = victim.preemption_retries
         requeued = retries is None or count <= retries

@@ -38,7 +38,7 @@ class Rejected(Exception):
     def __init__(self, reason: str, **names: str | None):
         super().__init__(reason)
         self.reason = reason
-        self.names = names
+        self.names: dict[str, Any] = names
 
 
 # Command type -> its handler (configure.py, jobs.py); decision.step calls the one that fits.

@@ -47,7 +47,7 @@ class State:
         # Never undone by a trial, so an epoch is never handed out twice: a cached admission
         # result can only match the configuration it was computed under.
         self.epochs = 0
-        self._journal: list | None = None
+        self._journal: list[tuple[Any, Any]] | None = None
         self._saved: set[int] = set()
 
     # -- journal -----------------------------------------------------------------------------
@@ -71,6 +71,18 @@ class State:
     def restore(self, saved: tuple) -> None:
         self.time, self.next_seq, self.next_dispatch, self.blocked_due = saved
 
+    # Pickled (snapshots) without the journal: a trial is never in progress in a snapshot.
+    def __getstate__(self) -> tuple:
+        return (self.environments, self.policies, self.queues, self.jobs, self.client_tokens,
+                self.timeouts, self.blocked, self.epochs, self.snapshot())  # fmt: skip
+
+    def __setstate__(self, saved: tuple) -> None:
+        (self.environments, self.policies, self.queues, self.jobs, self.client_tokens,
+         self.timeouts, self.blocked, self.epochs, kept) = saved  # fmt: skip
+        self.restore(kept)
+        self._journal = None
+        self._saved = set()
+
     # -- journaled structural changes --------------------------------------------------------
 
     def set_time(self, time: float) -> None:
@@ -91,10 +103,11 @@ class State:
     def block(self, job: Job, queue: Queue) -> None:
         """Register a RUNNABLE job waiting with a reason a time limit may apply to."""
         self.put(self.blocked, job.job_id, (job.queue, job.share))
-        seconds = queue.time_limits.get(job.reason_code)
-        if seconds is not None and job.reason_since + seconds < self.blocked_due:
+        code, since = job.reason_code, job.reason_since
+        seconds = None if code is None else queue.time_limits.get(code)
+        if seconds is not None and since is not None and since + seconds < self.blocked_due:
             self.save(self)
-            self.blocked_due = job.reason_since + seconds
+            self.blocked_due = since + seconds
 
     def put(self, mapping: dict, key: Any, value: Any) -> None:
         if key in mapping:
@@ -178,11 +191,13 @@ class Trial:
         self.committed = True
 
     def __exit__(self, *exc_info: Any) -> None:
-        journal, self.state._journal = self.state._journal, None
+        journal: list[tuple[Any, Any]] = self.state._journal or []
+        self.state._journal = None
         self.state._saved = set()
         if self.committed:
             return
-        for target, payload in reversed(journal):
+        journal.reverse()  # undo the latest change first
+        for target, payload in journal:
             if callable(target) and not hasattr(target, "restore"):
                 target(*payload)
             else:

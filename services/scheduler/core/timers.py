@@ -58,9 +58,9 @@ def attempt_ended(round_: Round, job: Job, reason: str, cause: StatusCause) -> N
     ))  # fmt: skip
 
 
-def _next_due(state: State, until: float):
+def _next_due(state: State, until: float) -> tuple[float, Job, str | None] | None:
     """(deadline, job, reason or None for a timeout) of the earliest due timer, if any."""
-    best = None
+    best: tuple[float, str, Job, str | None] | None = None
     timeouts = state.timeouts
     while timeouts:
         deadline, job_id, attempt = timeouts[0]
@@ -68,6 +68,7 @@ def _next_due(state: State, until: float):
         # An entry counts only for the attempt that set it: an undone trial may have left one
         # for the same attempt number with another dispatch time.
         if (job is not None and job.status.dispatched and job.attempt == attempt
+                and job.dispatched_at is not None and job.attempt_timeout_s is not None
                 and deadline == job.dispatched_at + job.attempt_timeout_s):  # fmt: skip
             if deadline <= until:
                 best = (deadline, job_id, job, None)
@@ -83,15 +84,16 @@ def _next_due(state: State, until: float):
             continue
         queue = state.queues.get(queue_name)
         seconds = None if queue is None else queue.time_limits.get(job.reason_code)
-        if seconds is None:
+        since = job.reason_since
+        if seconds is None or since is None:
             continue  # no limit for its reason (a queue update resets the bound)
-        earliest = min(earliest, job.reason_since + seconds)
-        if job.reason_since + seconds > until:
+        earliest = min(earliest, since + seconds)
+        if since + seconds > until:
             continue  # not due yet: no need to look further
         limit = _time_limit(state, queue_name, share_name, job)
         if limit is None:
             continue  # not at the head right now, or its reason no longer holds
-        deadline = job.reason_since + limit[0]
+        deadline = since + limit[0]
         if best is None or (deadline, job_id) < best[:2]:
             best = (deadline, job_id, job, limit[1])
     if earliest != state.blocked_due:
@@ -100,19 +102,22 @@ def _next_due(state: State, until: float):
     return None if best is None else (best[0], best[2], best[3])
 
 
-def _time_limit(state: State, queue_name: str, share_name: str, job: Job):
+def _time_limit(state: State, queue_name: str, share_name: str, job: Job) -> tuple[int, str] | None:
     """(seconds, reason) if `job` heads its share now with a reason a time limit applies to.
 
     The clock runs from when the job first waited with that reason (`reason_since`), even if
     a higher-priority job went ahead of it for a while.
     """
     queue = state.queues.get(queue_name)
-    seconds = None if queue is None else queue.time_limits.get(job.reason_code)
-    share = None if queue is None else queue.shares.get(share_name)
+    code = job.reason_code
+    if queue is None or code is None:
+        return None
+    seconds = queue.time_limits.get(code)
+    share = queue.shares.get(share_name)
     if seconds is None or share is None or state.head(share) is not job:
         return None
     if job.reason_code != BlockedReason.CAPACITY_INSUFFICIENT.value:
         blocked = blocked_reason(state.environments[queue.environment], queue, share, job.need)
         if blocked is None or blocked[0].value != job.reason_code:
             return None
-    return seconds, job.reason_code
+    return seconds, code

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from services.scheduler.core.entities import JOB_FIELDS
 from services.scheduler.core.state import State
 
 
@@ -41,7 +42,7 @@ def canonical_state(state: State) -> dict[str, Any]:
 
     Used to prove replay equivalence (live state == fold of the emitted facts).
     """
-    jobs = {job_id: {name: _plain(getattr(job, name)) for name in job.__slots__
+    jobs = {job_id: {name: _plain(value) for name, value in zip(JOB_FIELDS, job.snapshot())
                      if name != "admitted"}  # a cache of the scheduling pass
             for job_id, job in state.jobs.items()}  # fmt: skip
     queues = {}
