@@ -47,14 +47,11 @@ def _submit(round_: Round, command: C.SubmitServiceJob) -> None:
     usage = command.capacity_usage
     if usage is None:
         usage = [CapacityUsage(capacity_unit=u, quantity=n) for u, n in command.need()]
-    round_.emit(F.JobSubmitted(
-        at=round_.at, command_seq=round_.seq, job_id=job_id, job_name=command.job_name,
-        job_queue=queue.name, quota_share_name=share.name,
-        scheduling_priority=command.scheduling_priority, capacity_usage=usage,
-        preemption_configuration=command.preemption_configuration,
-        retry_strategy=command.retry_strategy, timeout_config=command.timeout_config,
-        client_token=command.client_token, tags=command.tags,
-        service_request_payload=command.service_request_payload,
+    # Every field comes from the validated command or validated state: assembled, not
+    # validated again (events.facts.job_submitted).
+    round_.emit(F.job_submitted(
+        command, at=round_.at, command_seq=round_.seq, job_id=job_id, job_queue=queue.name,
+        quota_share_name=share.name, capacity_usage=usage,
     ))  # fmt: skip
 
 

@@ -1,0 +1,91 @@
+"""`events.facts.job_submitted` builds exactly the JobSubmitted that validation would.
+
+The core records an accepted submission with `job_submitted`, which assembles the fact from
+the validated command without validating it again (README, Performance).  For any valid
+submission, as decoded from the wire, the result must equal `JobSubmitted(...)` built with the
+same values: the same fields, the same JSON bytes, the same fields-set, and a fact that
+decodes back to itself.
+"""
+
+from __future__ import annotations
+
+import json
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from events import facts as F
+from events.codec import decode_command, decode_fact, encode, encode_bytes
+from events.values import CapacityUsage
+
+names = st.from_regex(r"[A-Za-z0-9_-]{1,20}", fullmatch=True)
+texts = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=30)
+payload_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-10**12, 10**12) | texts
+    | st.floats(allow_nan=False, allow_infinity=False),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(texts, inner, max_size=3),
+    max_leaves=8,
+)  # fmt: skip
+
+
+@st.composite
+def submissions(draw) -> dict:
+    """A valid SubmitServiceJob as a pipeline would publish it, every optional field maybe."""
+    message: dict = {"kind": "SubmitServiceJob", "jobName": draw(names),
+                     "jobQueue": draw(names), "quotaShareName": draw(names),
+                     "schedulingPriority": draw(st.integers(0, 9999))}  # fmt: skip
+    if draw(st.booleans()):
+        units = draw(st.lists(names, min_size=1, max_size=5, unique=True))
+        message["capacityUsage"] = [{"capacityUnit": unit, "quantity": draw(st.integers(1, 64))}
+                                    for unit in units]  # fmt: skip
+    else:
+        config = {"InstanceType": draw(names), "InstanceCount": draw(st.integers(1, 8)),
+                  "Extra": draw(payload_values)}  # fmt: skip
+        payload = {"ResourceConfig": config, "Other": draw(payload_values)}
+        message["serviceRequestPayload"] = json.dumps(payload) if draw(st.booleans()) else payload
+    optional = {
+        "at": st.floats(0, 1e9) | st.integers(0, 10**6),
+        "jobId": st.from_regex(r"[A-Za-z0-9_.:-]{1,40}", fullmatch=True),
+        "clientToken": st.from_regex(r"[a-z0-9-]{1,64}", fullmatch=True),
+        "tags": st.dictionaries(names, texts, max_size=4),
+        "preemptionConfiguration": st.fixed_dictionaries(
+            {}, optional={"preemptionRetriesBeforeTermination": st.integers(0, 5)}),
+        "retryStrategy": st.fixed_dictionaries({"attempts": st.integers(1, 10)}, optional={
+            "evaluateOnExit": st.lists(st.fixed_dictionaries({
+                "action": st.sampled_from(["RETRY", "EXIT", "retry"]),
+                "onStatusReason": st.from_regex(r"[A-Za-z*]{1,12}", fullmatch=True)}),
+                max_size=5)}),
+        "timeoutConfig": st.fixed_dictionaries({"attemptDurationSeconds": st.integers(1, 10**6)}),
+    }  # fmt: skip
+    for field, strategy in optional.items():
+        if draw(st.booleans()):
+            message[field] = draw(strategy)
+    return message
+
+
+@settings(max_examples=300, deadline=None)
+@given(message=submissions(), seq=st.integers(1, 10**9), derived=st.booleans())
+def test_an_assembled_job_submitted_equals_the_validated_one(message, seq, derived) -> None:
+    command = decode_command(json.dumps(message))
+    at = command.at if command.at is not None else 0
+    job_id = command.job_id or ("6f1c2a4e-5b7d-4c1e-9a8f-3d2b1e0c9f7a" if derived else "j")
+    usage = command.capacity_usage
+    if usage is None:
+        usage = [CapacityUsage(capacity_unit=u, quantity=n) for u, n in command.need()]
+    values = {"at": at, "command_seq": seq, "job_id": job_id, "job_queue": command.job_queue,
+              "quota_share_name": command.quota_share_name, "capacity_usage": usage}  # fmt: skip
+    assembled = F.job_submitted(command, **values)
+    validated = F.JobSubmitted(
+        **values, job_name=command.job_name, scheduling_priority=command.scheduling_priority,
+        preemption_configuration=command.preemption_configuration,
+        retry_strategy=command.retry_strategy, timeout_config=command.timeout_config,
+        client_token=command.client_token, tags=command.tags,
+        service_request_payload=command.service_request_payload,
+    )  # fmt: skip
+    assert type(assembled) is F.JobSubmitted
+    assert assembled == validated
+    assert encode_bytes(assembled) == encode_bytes(validated)
+    assert assembled.model_fields_set == validated.model_fields_set
+    assert assembled.model_dump() == validated.model_dump()
+    assert decode_fact(encode(assembled)) == assembled
+    assert type(assembled.at) is float
