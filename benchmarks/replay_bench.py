@@ -21,6 +21,10 @@ only the fixed window of mixed commands that follows is timed.
 
 Targets (from the issue): replay <= 3x the floor on the 200k-command workload, and cost per
 command flat as queues grow (largest / smallest <= 1.5 over the 50k..400k-command workloads).
+
+The decision core runs compiled when `python -m services.native build` has built it (`make
+bench` does); the header says which, and the main workload is then measured once more with
+the interpreted core (QUOTASCHED_PURE_PYTHON=1) for comparison.
 """
 
 from __future__ import annotations
@@ -137,8 +141,14 @@ def measure(path: Path, window_size: int, reps: int) -> dict:
         "floorWall": min(floor_walls), "replayWall": min(replay_walls),
         "floorRuns": floors, "replayRuns": replays,
         "peakRssMiB": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-        "fingerprint": fingerprint,
+        "fingerprint": fingerprint, "compiled": _compiled(),
     }  # fmt: skip
+
+
+def _compiled() -> bool:
+    from services.scheduler.core import COMPILED
+
+    return COMPILED
 
 
 def profile(path: Path, top: int, dump: Path) -> None:
@@ -193,11 +203,12 @@ def ensure_workload(commands: int, queued: int, seed: int, prefill: int, fresh: 
     return path
 
 
-def run_child(case: Case, reps: int) -> dict:
+def run_child(case: Case, reps: int, pure: bool = False) -> dict:
     command = [sys.executable, __file__, "--measure", str(case.path), "--window",
                str(case.commands), "--reps", str(reps)]  # fmt: skip
+    env = {**os.environ, "QUOTASCHED_PURE_PYTHON": "1"} if pure else None
     started = time.perf_counter()
-    result = subprocess.run(command, check=True, capture_output=True, text=True)
+    result = subprocess.run(command, check=True, capture_output=True, text=True, env=env)
     data = json.loads(result.stdout)
     data["wall"] = time.perf_counter() - started
     return data
@@ -279,9 +290,12 @@ def main(argv: list[str] | None = None) -> None:
         levels = [level for level in levels if level <= args.max_level] or [args.max_level]
     started = time.perf_counter()
     fingerprint = source_fingerprint()
+    from services.scheduler.core import COMPILED, CORE_BUILD
+
     print(f"quotasched replay benchmark ({'quick' if args.quick else 'full'}, best of {reps}; "
           f"Python {sys.version.split()[0]}, {os.cpu_count()} CPUs; core source {fingerprint})",
           flush=True)  # fmt: skip
+    print(f"decision core: {'compiled' if COMPILED else 'interpreted'} ({CORE_BUILD})", flush=True)
     load = os.getloadavg()
     print(f"times are process CPU time (wall-clock in the 'wall' column); load average at start "
           f"{load[0]:.1f}" + (" -- the machine is busy, expect noise" if load[0] > (os.cpu_count() or 1) * 0.5 else ""),
@@ -331,6 +345,12 @@ def main(argv: list[str] | None = None) -> None:
           f"{main_data['commands'] / main_data['floor']:,.0f} cmd/s")  # fmt: skip
     print(f"[target 1] replay/floor = {ratio:.2f}x (target <= {RATIO_TARGET:g}x): "
           f"{'PASS' if ratio <= RATIO_TARGET else 'MISS'}")
+    if COMPILED:
+        pure = run_child(size_cases[main_index], reps, pure=True)
+        print(f"           the same workload with the interpreted core: "
+              f"{pure['commands'] / pure['replay']:,.0f} cmd/s, replay/floor = "
+              f"{pure['replay'] / pure['floor']:.2f}x; compiled is "
+              f"{pure['replay'] / main_data['replay']:.2f}x as fast")  # fmt: skip
     print(f"[target 2] per-command cost, largest/smallest over {sizes[0]:,}..{sizes[-1]:,} "
           f"commands = {flat:.2f}x (target <= {FLAT_TARGET:g}x): "
           f"{'PASS' if flat <= FLAT_TARGET else 'MISS'}")  # fmt: skip
@@ -340,6 +360,9 @@ def main(argv: list[str] | None = None) -> None:
         print(f"[target 2b] per-command cost of the window, largest/smallest over "
               f"{levels[0]:,}..{levels[-1]:,} queued jobs = {level_flat:.2f}x "
               f"(same {FLAT_TARGET:g}x bar): {'PASS' if level_flat <= FLAT_TARGET else 'MISS'}")
+    if any(d["compiled"] != COMPILED for d in size_results + level_results):
+        print("\nWARNING: some measurements ran the other decision core (a build appeared or "
+              "went stale during the run): rerun for a consistent set")  # fmt: skip
     seen = {fingerprint, source_fingerprint()} | {d["fingerprint"] for d in size_results + level_results}
     if len(seen) > 1:
         print(f"\nWARNING: the core's source changed during the run ({', '.join(sorted(seen))}); "

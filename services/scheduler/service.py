@@ -25,6 +25,7 @@ from events.subjects import ANY, API_PREFIX, COMMANDS_STREAM
 from services import logs
 from services.bus import FactAppender, ensure_streams
 from services.metrics import WriterStats
+from services.scheduler import core
 from services.scheduler.api import answer_in
 from services.scheduler.lease import Lease
 from services.scheduler.log import Recovered, recover
@@ -86,7 +87,8 @@ class Scheduler(Writer):
                 await sleep_or(stop, self.settings.lease_ttl_s / 4)  # just handed it over
             elif await self.lease.acquire():
                 self.term = self.lease.revision
-                log.info("leading", partition=self.partition, holder=self.lease.holder)
+                log.info("leading", partition=self.partition, holder=self.lease.holder,
+                         core="compiled" if core.COMPILED else "interpreted")
                 if self.members is not None:
                     self.members.leading.add(self.partition)
                 try:
