@@ -23,6 +23,7 @@ import os
 import shutil
 import sys
 import sysconfig
+from importlib.machinery import EXTENSION_SUFFIXES
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,12 +58,26 @@ def state() -> tuple[bool, str]:
         return False, "not built (python -m services.native build)"
     if built != source_digest():
         return False, "built from other sources or for another interpreter: rebuild it"
-    return True, f"compiled with mypyc ({DIRECTORY.relative_to(ROOT)})"
+    missing = _missing()
+    if missing:
+        return False, f"the build lacks {', '.join(missing)}: rebuild it"
+    return True, f"compiled with mypyc ({DIRECTORY})"
+
+
+def _extensions(directory: Path) -> list[Path]:
+    return sorted(path for path in directory.iterdir() if path.name.endswith(tuple(EXTENSION_SUFFIXES)))
+
+
+def _missing() -> list[str]:
+    """The core modules the build in DIRECTORY has no extension for."""
+    present = {path.name.split(".")[0] for path in _extensions(DIRECTORY)}
+    return [name for name in MODULES if name.removesuffix(".py") not in present]
 
 
 def build(quiet: bool = False) -> int:
     """Compile every core module; 0 when built, or when nothing can be built here (no C
-    compiler, no mypyc), after saying why: the interpreted core is always there."""
+    compiler, no Python headers, no mypyc), after saying why: the interpreted core is always
+    there.  1 when compiling fails (a type error in the core, say): that is a bug to fix."""
     import subprocess
     import tempfile
 
@@ -71,6 +86,11 @@ def build(quiet: bool = False) -> int:
     if shutil.which(compiler) is None:
         say(f"quotasched: no C compiler ({compiler}); the decision core runs interpreted")
         return 0
+    headers = Path(sysconfig.get_paths()["include"]) / "Python.h"
+    if not headers.exists():
+        say(f"quotasched: no Python headers ({headers}; e.g. the python3.11-dev package); "
+            "the decision core runs interpreted")  # fmt: skip
+        return 0
     try:
         import mypyc  # noqa: F401  (shipped with mypy: pip install -e '.[native]')
     except ImportError:
@@ -78,7 +98,7 @@ def build(quiet: bool = False) -> int:
             "the decision core runs interpreted")  # fmt: skip
         return 0
     digest = source_digest()
-    if STAMP.exists() and STAMP.read_text().strip() == digest:
+    if STAMP.exists() and STAMP.read_text().strip() == digest and not _missing():
         say("quotasched: the compiled decision core is up to date")
         return 0
     with tempfile.TemporaryDirectory(prefix="quotasched-native-") as work:
@@ -98,7 +118,7 @@ def build(quiet: bool = False) -> int:
             print(done.stdout[-4000:] + done.stderr[-4000:], file=sys.stderr)
             print("quotasched: compiling the decision core failed (above)", file=sys.stderr)
             return 1
-        built = sorted((Path(work) / "lib" / "services" / "scheduler" / "core").glob("*.so"))
+        built = _extensions(Path(work) / "lib" / "services" / "scheduler" / "core")
         staging = DIRECTORY.with_name("_native.new")
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir()

@@ -15,6 +15,7 @@ import os
 import random
 import subprocess
 import sys
+from importlib.machinery import EXTENSION_SUFFIXES
 from pathlib import Path
 
 import pytest
@@ -133,11 +134,17 @@ def test_a_snapshot_pickled_by_either_core_loads_in_the_other(tmp_path: Path, wr
 
 def test_the_core_loads_a_build_only_of_exactly_its_sources(tmp_path, monkeypatch) -> None:
     monkeypatch.delenv(native.PURE_ENV, raising=False)
+    monkeypatch.setattr(native, "DIRECTORY", tmp_path)
     monkeypatch.setattr(native, "STAMP", tmp_path / "SOURCES")
     assert native.state() == (False, "not built (python -m services.native build)")
     (tmp_path / "SOURCES").write_text("0" * 64 + "\n")
     assert native.state()[0] is False and "other sources" in native.state()[1]
     (tmp_path / "SOURCES").write_text(native.source_digest() + "\n")
+    suffix = EXTENSION_SUFFIXES[0]
+    for name in native.MODULES[1:]:  # one module's extension missing
+        (tmp_path / f"{name.removesuffix('.py')}{suffix}").write_bytes(b"")
+    assert native.state()[0] is False and native.MODULES[0] in native.state()[1]
+    (tmp_path / f"{native.MODULES[0].removesuffix('.py')}{suffix}").write_bytes(b"")
     assert native.state()[0] is True
     monkeypatch.setenv(native.PURE_ENV, "1")
     assert native.state() == (False, f"{native.PURE_ENV} is set")
@@ -170,3 +177,16 @@ def test_the_loaded_modules_are_the_ones_the_package_says() -> None:
         )
         assert module.__file__.endswith(suffix), (name, module.__file__)
     assert core.COMPILED == native.state()[0]
+
+
+def test_without_a_c_compiler_the_build_says_so_and_the_core_stays_interpreted(
+        tmp_path, monkeypatch, capsys) -> None:  # fmt: skip
+    monkeypatch.setattr(native, "DIRECTORY", tmp_path / "_native")
+    monkeypatch.setattr(native, "STAMP", tmp_path / "_native" / "SOURCES")
+    config = native.sysconfig.get_config_var
+    monkeypatch.setattr(native.sysconfig, "get_config_var",
+                        lambda name: "no-such-compiler-here" if name == "CC" else config(name))
+    assert native.build() == 0
+    assert "no C compiler (no-such-compiler-here)" in capsys.readouterr().err
+    assert not (tmp_path / "_native").exists()
+    assert native.state()[0] is False
