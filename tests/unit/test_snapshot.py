@@ -46,3 +46,30 @@ def test_the_captured_bytes_are_the_compressed_pickle_of_the_state():
     captured = capture_snapshot(recovered)()
     assert zlib.decompress(captured) == pickle.dumps(image, protocol=pickle.HIGHEST_PROTOCOL)
     assert captured == encode_snapshot(image)
+
+
+def test_a_job_snapshot_lists_every_field_in_job_fields_order():
+    """Job.snapshot/restore and pickling name the fields one by one (the compiled core keeps
+    them native); JOB_FIELDS, which views.py reads them by, must list them in that order."""
+    from events.values import JobStatus
+    from services.scheduler.core.entities import JOB_FIELDS, Job
+
+    values = {  # a different value for every field, each of the field's type
+        "job_id": "j1", "job_name": "n2", "queue": "q3", "share": "s4", "priority": 5, "seq": 6,
+        "need": (("u", 7),), "status": JobStatus.RUNNING, "attempt": 9, "preempted_count": 10,
+        "preemption_retries": 11, "attempts_max": 12, "attempts_used": 13,
+        "retry_rules": ("r14",), "attempt_timeout_s": 15, "status_reason": "sr16",
+        "reason_code": "rc17", "reason_since": 18.5, "dispatched_at": 19.5,
+        "dispatch_order": 20, "borrowed": (("b", 21),), "is_terminated": True,
+        "client_token": "ct23", "created_at": 24.5, "admitted": 25,
+    }  # fmt: skip
+    assert sorted(values) == sorted(JOB_FIELDS)
+    job = Job()
+    for name, value in values.items():
+        setattr(job, name, value)
+    assert job.snapshot() == tuple(values[name] for name in JOB_FIELDS)
+    copy = Job()
+    copy.restore(job.snapshot())
+    assert [getattr(copy, name) for name in JOB_FIELDS] == list(job.snapshot())
+    unpickled = pickle.loads(pickle.dumps(job, protocol=pickle.HIGHEST_PROTOCOL))
+    assert unpickled.snapshot() == job.snapshot()
