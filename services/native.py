@@ -52,26 +52,30 @@ def state() -> tuple[bool, str]:
     """(use the compiled core?, why), for this checkout and interpreter."""
     if os.environ.get(PURE_ENV, "").strip() not in ("", "0"):
         return False, f"{PURE_ENV} is set"
+    problem = _build_problem()
+    if problem is not None:
+        return False, problem
+    return True, f"compiled with mypyc ({DIRECTORY})"
+
+
+def _build_problem() -> str | None:
+    """Why the build in DIRECTORY does not fit these sources and this interpreter, if it
+    does not: what `state` reports, and what `build` checks before compiling again."""
     try:
         built = STAMP.read_text().strip()
     except OSError:
-        return False, "not built (python -m services.native build)"
+        return "not built (python -m services.native build)"
     if built != source_digest():
-        return False, "built from other sources or for another interpreter: rebuild it"
-    missing = _missing()
+        return "built from other sources or for another interpreter: rebuild it"
+    present = {path.name.split(".")[0] for path in _extensions(DIRECTORY)}
+    missing = [name for name in MODULES if name.removesuffix(".py") not in present]
     if missing:
-        return False, f"the build lacks {', '.join(missing)}: rebuild it"
-    return True, f"compiled with mypyc ({DIRECTORY})"
+        return f"the build lacks {', '.join(missing)}: rebuild it"
+    return None
 
 
 def _extensions(directory: Path) -> list[Path]:
     return sorted(path for path in directory.iterdir() if path.name.endswith(tuple(EXTENSION_SUFFIXES)))
-
-
-def _missing() -> list[str]:
-    """The core modules the build in DIRECTORY has no extension for."""
-    present = {path.name.split(".")[0] for path in _extensions(DIRECTORY)}
-    return [name for name in MODULES if name.removesuffix(".py") not in present]
 
 
 def build(quiet: bool = False) -> int:
@@ -97,10 +101,10 @@ def build(quiet: bool = False) -> int:
         say("quotasched: mypyc is not installed (pip install -e '.[native]'); "
             "the decision core runs interpreted")  # fmt: skip
         return 0
-    digest = source_digest()
-    if STAMP.exists() and STAMP.read_text().strip() == digest and not _missing():
+    if _build_problem() is None:
         say("quotasched: the compiled decision core is up to date")
         return 0
+    digest = source_digest()
     with tempfile.TemporaryDirectory(prefix="quotasched-native-") as work:
         script = (
             "import sys\n"

@@ -73,11 +73,16 @@ print(json.dumps({"compiled": COMPILED, "before": before, "facts": facts}, sort_
 """
 
 
-def _run(script: str, *args: str, pure: bool) -> dict:
+def _env(pure: bool) -> dict[str, str]:
+    """This process's environment, choosing the interpreted core or whatever is built."""
     env = {key: value for key, value in os.environ.items() if key != native.PURE_ENV}
     if pure:
         env[native.PURE_ENV] = "1"
-    result = subprocess.run([sys.executable, "-c", script, *args], cwd=ROOT, env=env,
+    return env
+
+
+def _run(script: str, *args: str, pure: bool) -> dict:
+    result = subprocess.run([sys.executable, "-c", script, *args], cwd=ROOT, env=_env(pure),
                             capture_output=True, text=True, timeout=600)  # fmt: skip
     assert result.returncode == 0, result.stderr
     answer = json.loads(result.stdout)
@@ -107,13 +112,10 @@ def test_compiled_and_interpreted_cores_give_byte_identical_facts_and_states(tmp
 def test_quotasched_replay_prints_the_same_bytes_with_either_core(tmp_path: Path) -> None:
     outputs = []
     for pure in (False, True):
-        env = {key: value for key, value in os.environ.items() if key != native.PURE_ENV}
-        if pure:
-            env[native.PURE_ENV] = "1"
         state = tmp_path / f"state-{pure}.json"
         result = subprocess.run(
             [str(QUOTASCHED), "replay", "examples/notebook.jsonl", "--state-out", str(state)],
-            cwd=ROOT, env=env, capture_output=True, timeout=300,
+            cwd=ROOT, env=_env(pure), capture_output=True, timeout=300,
         )  # fmt: skip
         assert result.returncode == 0, result.stderr.decode()
         outputs.append((result.stdout, state.read_bytes()))
