@@ -147,25 +147,33 @@ def get_job_queue_snapshot(con, request: dict) -> dict[str, Any]:
     queue = _name(request.get("jobQueue"))
     _queue_exists(con, queue)
     params = {"q": queue}
-    front = con.execute(
-        "SELECT job_id, submitted_at FROM jobs WHERE job_queue = $q AND status = 'RUNNABLE' "
-        "ORDER BY priority DESC, submitted_seq LIMIT 100", params).fetchall()  # fmt: skip
-    heads = dict((share, (job_id, at)) for share, job_id, at in con.execute(
-        "SELECT quota_share, job_id, submitted_at FROM jobs WHERE job_queue = $q "
-        "AND status = 'RUNNABLE' QUALIFY row_number() OVER (PARTITION BY quota_share "
-        "ORDER BY priority DESC, submitted_seq) = 1", params).fetchall())  # fmt: skip
+    # One pass over the queue's RUNNABLE jobs gives both the queue's first 100 and each
+    # share's head; current usage is the sum of the share's usage changes (share_usage and
+    # queue_usage integrate the same deltas, with a window over every change).
+    front: list[tuple[str, float]] = []
+    heads: dict[str, tuple[str, float]] = {}
+    for share, job_id, at, queue_rank, share_rank in con.execute(
+        "SELECT quota_share, job_id, submitted_at, row_number() OVER (ORDER BY priority DESC, "
+        "submitted_seq) AS queue_rank, row_number() OVER (PARTITION BY quota_share ORDER BY "
+        "priority DESC, submitted_seq) AS share_rank FROM jobs WHERE job_queue = $q AND status "
+        "= 'RUNNABLE' QUALIFY queue_rank <= 100 OR share_rank = 1 ORDER BY queue_rank", params,
+    ).fetchall():  # fmt: skip
+        if queue_rank <= 100:
+            front.append((job_id, at))
+        if share_rank == 1:
+            heads[share] = (job_id, at)
     shares = [row[0] for row in con.execute(
         "SELECT quota_share FROM quota_shares WHERE job_queue = $q ORDER BY created_seq",
         params).fetchall()]  # fmt: skip
     share_use: dict[str, list] = {}
+    total: dict[str, int] = {}
     for share, unit, n in con.execute(
-        "SELECT quota_share, capacity_unit, arg_max(in_use, seq) AS n FROM share_usage "
+        "SELECT quota_share, capacity_unit, sum(delta) AS n FROM share_changes "
         "WHERE job_queue = $q GROUP BY ALL HAVING n <> 0 ORDER BY capacity_unit", params,
     ).fetchall():  # fmt: skip
         share_use.setdefault(share, []).append({"capacityUnit": unit, "quantity": float(n)})
-    total = con.execute(
-        "SELECT capacity_unit, arg_max(in_use, seq) AS n FROM queue_usage WHERE job_queue = $q "
-        "GROUP BY ALL HAVING n <> 0 ORDER BY capacity_unit", params).fetchall()  # fmt: skip
+        total[unit] = total.get(unit, 0) + n
+    total_use = [(unit, n) for unit, n in sorted(total.items()) if n]
 
     def position(job_id: str, at: float) -> dict[str, Any]:
         return {"jobArn": f"{ARN}:job/{job_id}", "earliestTimeAtPosition": _ms(at)}
@@ -176,7 +184,8 @@ def get_job_queue_snapshot(con, request: dict) -> dict[str, Any]:
             share: [position(*heads[share])] if share in heads else [] for share in shares
         }},
         "queueUtilization": {
-            "totalCapacityUsage": [{"capacityUnit": u, "quantity": float(n)} for u, n in total],
+            "totalCapacityUsage": [{"capacityUnit": u, "quantity": float(n)}
+                                   for u, n in total_use],
             "quotaShareUtilization": {"topCapacityUtilization": [
                 {"quotaShareName": share, "capacityUsage": share_use[share]}
                 for share in shares if share in share_use
