@@ -7,7 +7,8 @@ whole batch is rolled back: STYLE.md's "fail loudly", and redelivery retries it.
 Two queries over the staged batch, each row (seq, kind, problem): `BATCH_PROBLEMS` (the fact
 alone is malformed) before any row is written, `HISTORY_PROBLEMS` (it contradicts earlier
 facts) after the batch's rows were inserted, so "before" means a smaller seq, in this batch or
-an earlier one.
+an earlier one.  Attempts are looked up in `attempt_starts` / `attempt_ends`, the rows of the
+batch's jobs (rows.py), which by then include the batch's own.
 Field names in the messages are the wire's (camelCase).
 """
 
@@ -110,9 +111,9 @@ WHERE b.kind IN ('JobSubmitted', 'JobDispatched') AND b.quota_share IS NOT NULL
 SELECT b.seq, b.kind, 'status ' || b.status || ' for attempt ' || b.attempt || ' of job '
     || b.job_id || ', which is not holding capacity'
 FROM batch b
-LEFT JOIN allocation_starts s
+LEFT JOIN attempt_starts s
     ON s.job_id = b.job_id AND s.attempt = b.attempt AND s.unit_index = 1
-LEFT JOIN allocation_ends e ON e.job_id = b.job_id AND e.attempt = b.attempt
+LEFT JOIN attempt_ends e ON e.job_id = b.job_id AND e.attempt = b.attempt
 WHERE b.kind = 'JobStatusChanged' AND b.status IN {DISPATCHED}
   AND (s.seq IS NULL OR s.seq > b.seq OR e.seq < b.seq)"""),
     # The rest reads the batch's few rows in the small derived tables.
@@ -127,7 +128,7 @@ FROM preemptions p WHERE p.seq > $lo AND p.seq <= $hi
     (("JobDispatched",), """
 SELECT s.seq, 'JobDispatched', 'attempt ' || s.attempt || ' of job ' || s.job_id
     || ' was already dispatched'
-FROM allocation_starts s JOIN allocation_starts t
+FROM attempt_starts s JOIN attempt_starts t
     ON t.job_id = s.job_id AND t.attempt = s.attempt AND t.unit_index = s.unit_index
        AND t.seq < s.seq
 WHERE s.seq > $lo AND s.seq <= $hi
@@ -135,9 +136,9 @@ UNION ALL
 -- Attempts are numbered 1, 2, ...: attempt k may start only after attempt k-1 ended.
 SELECT s.seq, 'JobDispatched', 'job ' || s.job_id || ' is dispatched as attempt ' || s.attempt
     || ' but attempt ' || (s.attempt - 1) || ' has not ended'
-FROM allocation_starts s
+FROM attempt_starts s
 WHERE s.seq > $lo AND s.seq <= $hi AND s.unit_index = 1 AND s.attempt > 1
-  AND NOT EXISTS (SELECT 1 FROM allocation_ends e WHERE e.job_id = s.job_id
+  AND NOT EXISTS (SELECT 1 FROM attempt_ends e WHERE e.job_id = s.job_id
                   AND e.attempt = s.attempt - 1 AND e.seq <= s.seq)"""),
     (_CONFIG, """
 SELECT c.seq, c.kind, 'job queue ' || c.job_queue || ' does not exist'

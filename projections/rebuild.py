@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from projections import store as store_module
 
 STEPS = ("reading file", "parsing facts", "checking facts", "allocation_starts",
-         "allocation_ends", "preemptions", "environment_config", "queue_config",
-         "share_config", "share_changes", "capacity_changes", "checking history",
-         "committing", "checkpoint")  # fmt: skip
+         "attempt_starts", "attempt_ends", "allocation_ends", "attempt_ends_added",
+         "preemptions", "environment_config", "queue_config", "share_config", "share_changes",
+         "capacity_changes", "checking history", "committing", "checkpoint")  # fmt: skip
 
 
 @dataclass

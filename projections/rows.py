@@ -7,8 +7,10 @@ the one transaction that also advances the position, runs `FACT_LOG_INSERT` for 
 statement is a pure function of the batch's facts and of rows that earlier facts produced: a
 release finds the attempt's units in `allocation_starts`, a configuration change finds the
 previous configuration in its own table, a preemption finds the preemptor's share in the log.
-There is no other state, so batch boundaries cannot change the result and a restart needs only
-the position (store.py).
+(Attempts are looked up in `attempt_starts` / `attempt_ends`, TEMP copies of the rows of the
+batch's jobs made inside the batch's transaction and dropped before it commits.)  There is no
+other state, so batch boundaries cannot change the result and a restart needs only the
+position (store.py).
 
 Why SQL and not a Python state machine over decoded facts: the rebuild target is 500k facts/s
 on two cores.  Measured on this machine (benchmarks/projections_bench.py): pydantic decodes
@@ -110,9 +112,14 @@ def batch_view(lo: int, hi: int) -> str:
 # is skipped for a batch without any of them, where it would insert nothing.
 _SHARE_CONFIG = ("QuotaShareCreated", "QuotaShareUpdated", "QuotaShareDeleted")
 _ENVIRONMENT = ("ServiceEnvironmentCreated", "ServiceEnvironmentUpdated")
+_ATTEMPT_FACTS = ("JobDispatched", "JobPreempted", "JobStatusChanged")
 READS = {
     "allocation_starts": ("JobDispatched",),
+    # The lookup tables are read by allocation_ends, share_changes and the history checks.
+    "attempt_starts": (*_ATTEMPT_FACTS, *_SHARE_CONFIG),
+    "attempt_ends": (*_ATTEMPT_FACTS, *_SHARE_CONFIG),
     "allocation_ends": ("JobPreempted", "JobStatusChanged"),
+    "attempt_ends_added": ("JobPreempted", "JobStatusChanged"),
     "preemptions": ("JobPreempted",),
     "environment_config": _ENVIRONMENT,
     "queue_config": ("JobQueueCreated", "JobQueueUpdated"),
@@ -123,6 +130,7 @@ READS = {
 
 DISPATCHED = "('SCHEDULED', 'STARTING', 'RUNNING')"
 _IN_RANGE = "seq > $lo AND seq <= $hi"
+_ATTEMPT_KINDS = "(" + ", ".join(f"'{kind}'" for kind in _ATTEMPT_FACTS) + ")"
 _LIMIT_LIST = ("[{'capacity_unit': x.capacityUnit, 'max_capacity': x.maxCapacity} "
                "FOR x IN capacity_limits]")
 _LENDS = "(NOT c.deleted AND c.strategy <> 'RESERVE')"
@@ -135,6 +143,18 @@ INSERT INTO allocation_starts SELECT seq, "at", job_id, attempt, job_queue, quot
                        IF x.capacityUnit = capacity_usage[i].capacityUnit]), 0)
 FROM (SELECT *, unnest(range(1, len(capacity_usage) + 1)) AS i
       FROM batch WHERE kind = 'JobDispatched')""",
+    # Every lookup of an attempt's start or end is keyed by a job of this batch's dispatches,
+    # preemptions and status changes, so those rows are copied once into two small TEMP
+    # tables and the statements and checks join those: a hash join reads all key columns of
+    # the table it probes, so probing the whole allocation tables made a batch's cost grow
+    # with the file (benchmarks/projections_bench.py).  attempt_ends holds the ends before
+    # this batch until allocation_ends has run, then also this batch's (attempt_ends_added).
+    "attempt_starts": f"""
+CREATE OR REPLACE TEMP TABLE attempt_starts AS SELECT * FROM allocation_starts
+WHERE job_id IN (SELECT job_id FROM batch WHERE kind IN {_ATTEMPT_KINDS})""",
+    "attempt_ends": f"""
+CREATE OR REPLACE TEMP TABLE attempt_ends AS SELECT * FROM allocation_ends
+WHERE job_id IN (SELECT job_id FROM batch WHERE kind IN {_ATTEMPT_KINDS})""",
     # Candidates: every fact that would take a dispatched attempt out of SCHEDULED/STARTING/
     # RUNNING; the attempt ends at the first one after its dispatch.  A later candidate for
     # the same attempt (e.g. a requeued job terminated while RUNNABLE) is not an end.
@@ -147,11 +167,12 @@ INSERT INTO allocation_ends SELECT seq, "at", job_id, attempt, end_reason, cause
         CASE WHEN kind = 'JobPreempted' THEN reason ELSE cause END AS cause
     FROM batch c
     WHERE (kind = 'JobPreempted' OR (kind = 'JobStatusChanged' AND status NOT IN {DISPATCHED}))
-      AND EXISTS (SELECT 1 FROM allocation_starts s
+      AND EXISTS (SELECT 1 FROM attempt_starts s
                   WHERE s.job_id = c.job_id AND s.attempt = c.attempt AND s.seq < c.seq)
-      AND NOT EXISTS (SELECT 1 FROM allocation_ends e
+      AND NOT EXISTS (SELECT 1 FROM attempt_ends e
                       WHERE e.job_id = c.job_id AND e.attempt = c.attempt)
     QUALIFY row_number() OVER (PARTITION BY job_id, attempt ORDER BY seq) = 1)""",
+    "attempt_ends_added": f"INSERT INTO attempt_ends SELECT * FROM allocation_ends WHERE {_IN_RANGE}",
     "preemptions": """
 INSERT INTO preemptions SELECT b.seq, b."at", b.job_id, b.attempt, b.preemptor, b.reason,
     b.outcome, b.job_queue, b.quota_share, j.quota_share, b.preempted_count
@@ -181,7 +202,7 @@ SELECT seq, "at", job_queue, quota_share, capacity_unit, quantity, NULL, NULL
 FROM allocation_starts WHERE {_IN_RANGE}
 UNION ALL
 SELECT e.seq, e."at", s.job_queue, s.quota_share, s.capacity_unit, -s.quantity, NULL, NULL
-FROM allocation_ends e JOIN allocation_starts s ON s.job_id = e.job_id AND s.attempt = e.attempt
+FROM allocation_ends e JOIN attempt_starts s ON s.job_id = e.job_id AND s.attempt = e.attempt
 WHERE e.seq > $lo AND e.seq <= $hi
 UNION ALL
 SELECT seq, "at", job_queue, quota_share, u.capacity_unit, 0, u.max_capacity, lends

@@ -168,6 +168,8 @@ class ProjectionStore:
             history = checks.history_problems(kinds)
             if history is not None:
                 self._raise_problems(history, lo, last)
+            con.execute("DROP TABLE IF EXISTS attempt_starts")  # per batch (rows.py)
+            con.execute("DROP TABLE IF EXISTS attempt_ends")
             con.execute(
                 "UPDATE projection_state SET position = $hi, facts_applied = facts_applied + "
                 "$count, last_at = greatest(coalesce(last_at, 0), (SELECT max(\"at\") FROM batch))",
