@@ -5,7 +5,8 @@
 
 Buckets are [t0 + k*bucket_s, t0 + (k+1)*bucket_s) clipped to [t0, t1), in logical seconds
 (bucket_s defaults to 3600).  Every measure is an integral over the bucket of a step function,
-in instance-seconds of the capacity unit (`*_s`) and instance-hours (`*_h` = `*_s` / 3600).
+in instance-seconds of the capacity unit (`*_s`) and instance-hours (`*_h` = `*_s` / 3600),
+summed exactly (`_integral`), so the same to the last bit on every run.
 A capacity unit is an instance type (ml.g5.xlarge, ...); the log does not say how many GPUs
 an instance has, so "GPU-hours" are instance-hours of the GPU instance types.
 
@@ -43,12 +44,22 @@ projection is current to (`SELECT last_at FROM projection_state`).
 from __future__ import annotations
 
 _BUCKET = "(CASE WHEN bucket_s > 0 THEN bucket_s ELSE error('bucket_s must be positive') END)"
+# Each segment repeated once per bucket it overlaps (the unnest in the select list: as a
+# lateral join DuckDB planned it as a hash join, a third slower over the whole macro).
 _SPLIT = f"""
-    SELECT seg.*, t0 + k * bucket_s AS bucket_start
-    FROM seg, unnest(range(floor((greatest(a, t0) - t0) / {_BUCKET})::BIGINT,
-                           ceil((least(b, t1) - t0) / {_BUCKET})::BIGINT)) AS r(k)
-    WHERE b > a AND b > t0 AND a < t1"""
+    SELECT *, t0 + k * bucket_s AS bucket_start FROM (
+        SELECT seg.*, unnest(range(floor((greatest(a, t0) - t0) / {_BUCKET})::BIGINT,
+                                   ceil((least(b, t1) - t0) / {_BUCKET})::BIGINT)) AS k
+        FROM seg WHERE b > a AND b > t0 AND a < t1)"""
 _OVERLAP = "least(b, t1, bucket_start + bucket_s) - greatest(a, t0, bucket_start)"
+
+
+def _integral(measure: str) -> str:
+    """The sum of `measure * d` over a bucket's pieces, exact whatever the order: each piece is
+    rounded to 1e-12 instance-seconds and summed as a DECIMAL (integers underneath), so the
+    result is the same bit for bit on every run and thread schedule (a DOUBLE sum is not)."""
+    return f"sum(({measure} * d)::DECIMAL(38, 12))"
+
 
 MACROS_DDL = f"""
 CREATE MACRO utilization(t0, t1, bucket_s := 3600) AS TABLE
@@ -83,8 +94,9 @@ split AS ({_SPLIT}),
 parts AS (SELECT *, {_OVERLAP} AS d FROM split)
 SELECT job_queue, quota_share, capacity_unit, bucket_start,
        least(bucket_start + bucket_s, t1) AS bucket_end,
-       sum(lim * d) AS limit_s, sum(used * d) AS used_s, sum(borrowed * d) AS borrowed_s,
-       sum(lent * d) AS lent_s, sum(own_idle * d) - sum(lent * d) AS idle_s,
+       {_integral("lim")}::DOUBLE AS limit_s, {_integral("used")}::DOUBLE AS used_s,
+       {_integral("borrowed")}::DOUBLE AS borrowed_s, {_integral("lent")}::DOUBLE AS lent_s,
+       ({_integral("own_idle")} - {_integral("lent")})::DOUBLE AS idle_s,
        used_s / 3600 AS used_h, borrowed_s / 3600 AS borrowed_h, lent_s / 3600 AS lent_h,
        idle_s / 3600 AS idle_h
 FROM parts GROUP BY job_queue, quota_share, capacity_unit, bucket_start
@@ -102,8 +114,9 @@ WITH seg AS (
 split AS ({_SPLIT}),
 parts AS (SELECT *, {_OVERLAP} AS d FROM split)
 SELECT job_queue, capacity_unit, bucket_start, least(bucket_start + bucket_s, t1) AS bucket_end,
-       sum(capacity * d) AS capacity_s, sum(used * d) AS used_s,
-       sum(borrowed * d) AS borrowed_s, sum(lent * d) AS lent_s, sum(idle * d) AS idle_s,
+       {_integral("capacity")}::DOUBLE AS capacity_s, {_integral("used")}::DOUBLE AS used_s,
+       {_integral("borrowed")}::DOUBLE AS borrowed_s, {_integral("lent")}::DOUBLE AS lent_s,
+       {_integral("idle")}::DOUBLE AS idle_s,
        capacity_s / 3600 AS capacity_h, used_s / 3600 AS used_h,
        borrowed_s / 3600 AS borrowed_h, lent_s / 3600 AS lent_h, idle_s / 3600 AS idle_h
 FROM parts GROUP BY job_queue, capacity_unit, bucket_start

@@ -105,6 +105,33 @@ def test_used_instance_seconds_equal_the_allocations_overlap(busy):
     assert used == pytest.approx({(s, u): v for s, u, v in from_allocations if v}, abs=1e-6)
 
 
+def test_rollups_are_the_same_bit_for_bit_on_every_run_and_thread_count():
+    """A DOUBLE sum under DuckDB's parallel aggregation changed its last bits from run to run
+    on inputs this large; the macros sum exact DECIMAL pieces instead (rollups.py)."""
+    with store.open(":memory:") as projection:
+        con = projection.con
+        # Four lending shares of one unit, limit 1 each, whose usage cycles 1, 2, 1, 0 at
+        # uneven times: 100k changes, with borrowing (usage 2) and lending all along.
+        con.execute("INSERT INTO capacity_changes VALUES (0, 0.0, 'q', 'u', 8)")
+        con.execute("INSERT INTO share_changes SELECT i, 0.0, 'q', 's' || i, 'u', 0, 1, true "
+                    "FROM range(0, 4) t(i)")  # fmt: skip
+        con.execute("""
+            INSERT INTO share_changes
+            SELECT 10 + i, i * 0.0137 + (hash(i) % 1000) / 1e5, 'q', 's' || (i % 4), 'u',
+                   CASE WHEN (i // 4) % 4 < 2 THEN 1 ELSE -1 END, NULL, NULL
+            FROM range(1, 100001) t(i)""")
+        con.execute('UPDATE projection_state SET last_at = (SELECT max("at") FROM share_changes)')
+        t1 = con.execute("SELECT last_at FROM projection_state").fetchone()[0]
+        for macro in ("utilization", "queue_utilization"):
+            query = f"SELECT * FROM {macro}(0, {t1}, 600)"
+            runs = [con.execute(query).fetchall() for _ in range(3)]
+            con.execute("SET threads = 1")
+            runs.append(con.execute(query).fetchall())
+            con.execute("RESET threads")
+            assert len(runs[0]) > 1 and any(row[-2] > 0 for row in runs[0])  # lent_h
+            assert all(run == runs[0] for run in runs), macro
+
+
 @pytest.fixture(scope="module")
 def database(tmp_path_factory) -> Path:
     directory = tmp_path_factory.mktemp("cli")
