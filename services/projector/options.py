@@ -33,6 +33,9 @@ class ProjectorOptions(BaseSettings):
     checkpoint_threshold: str | None = Field("128MB", pattern=r"^[0-9]+(\.[0-9]+)? ?[KMGT]?i?B$")
     checkpoint_idle_s: float = Field(1.0, gt=0)
     duckdb_threads: int | None = Field(None, ge=1, le=64)  # None: DuckDB's default (all cores)
+    # A file written by another projection schema version (an upgrade changed a table, view
+    # or macro) is deleted and rebuilt from the log's first fact; False: refuse to start.
+    rebuild_on_schema_change: bool = True
 
 
 __all__ = ["ProjectorOptions"]

@@ -32,6 +32,10 @@ it checks every batch for holes: a sequence the stream still holds but that neve
 it re-subscribe from the position; one the stream no longer holds (deleted or aged out) is
 logged and passed over, as a rebuild from the stream would.
 
+A file of another projection schema version (an upgrade changed a table, view or macro) is
+deleted and rebuilt from the log's first fact, with a warning, unless
+`rebuild_on_schema_change` is off; a file that is not a projection at all is never touched.
+
 A fact the projection cannot apply stops the projector: the facts before it (in its batch) are
 applied, so the position ends right before it, an error naming its sequence and the reason is
 logged, and `run` raises `ProjectorHalted`.  Nothing is ever skipped.
@@ -105,7 +109,7 @@ class Projector(ReadingMixin, ApplyingMixin, AnsweringMixin):
         """Apply the log until `stop` is set; raises ProjectorHalted / ProjectorError."""
         directory = os.path.dirname(os.path.abspath(self.db_path))
         os.makedirs(directory, exist_ok=True)
-        self.store = projections.open(self.db_path)  # ProjectionLocked, SchemaMismatch
+        self.store = self._open_store()  # ProjectionLocked, ProjectionError
         watcher = asyncio.create_task(self._watch(stop))
         try:
             # Reads run on cursors of this connection: no files, no ATTACH, no extensions.
@@ -129,6 +133,22 @@ class Projector(ReadingMixin, ApplyingMixin, AnsweringMixin):
         finally:
             watcher.cancel()
             await self._close()
+
+    def _open_store(self) -> store_module.ProjectionStore:
+        """The projection file; one of another schema version is replaced by a fresh file that
+        the log then fills from its first fact (projections are disposable: a new version is
+        rebuilt, never migrated), unless `rebuild_on_schema_change` is off."""
+        try:
+            return projections.open(self.db_path)
+        except projections.SchemaMismatch as mismatch:
+            if not self.options.rebuild_on_schema_change:
+                raise
+            log.warning("projection schema changed: rebuilding the file from the log",
+                        db=self.db_path, reason=str(mismatch))  # fmt: skip
+        for leftover in (self.db_path, self.db_path + ".wal"):
+            if os.path.exists(leftover):
+                os.remove(leftover)
+        return projections.open(self.db_path)
 
     async def _watch(self, stop: asyncio.Event) -> None:
         await stop.wait()

@@ -411,3 +411,47 @@ async def test_up_runs_the_projector_by_default_and_not_with_no_projector(nats_s
             await request(bus.nc, "position", timeout=1.0)
         assert bare.stop() == 0
         assert not (other / "quotasched.duckdb").exists()
+
+
+# -- a file of another schema version --------------------------------------------------------
+
+
+def older_projection(db: Path, pretend_position: int) -> None:
+    """A projection file as an older release wrote it: another schema version, and a position
+    its (empty) tables do not back, so a file resumed instead of rebuilt cannot pass."""
+    with projections.open(str(db)) as store:
+        store.con.execute("UPDATE projection_state SET schema_version = schema_version - 1, "
+                          "position = $p", {"p": pretend_position})  # fmt: skip
+
+
+async def test_a_file_of_another_schema_version_is_rebuilt_from_the_log(nats_server, spawn,
+                                                                      tmp_path):  # fmt: skip
+    db = tmp_path / "old.duckdb"
+    older_projection(db, pretend_position=5)
+    async with Bus(nats_server.url) as bus:
+        await ensure_streams(bus.js, Settings(lease_ttl_s=3.0))
+        last = (await publish_facts(bus.js, offline_fact_payloads()))[-1]
+        projector = spawn("projector", "--db", str(db))
+        await wait_projector(bus, projector)
+        assert await wait_for_position(bus.nc, last, timeout=20) == last
+        live = await nats_checksums(bus.nc)
+        (warning,) = logged(projector, "projection schema changed: rebuilding the file from the log")
+        assert "schema version" in warning["reason"] and warning["level"] == "warning"
+        last_seq = await write_fact_file(bus.js, tmp_path / "facts.jsonl")
+    expected = rebuilt_checksums(tmp_path / "facts.jsonl", tmp_path / "rebuilt.duckdb")
+    assert live[0] == expected[0] == last_seq == last
+    assert_same_tables(live[1], expected[1], "after the schema change")
+    assert projector.stop() == 0
+
+
+async def test_with_rebuilds_off_a_file_of_another_schema_version_is_refused(nats_server, spawn,
+                                                                           tmp_path):  # fmt: skip
+    db = tmp_path / "old.duckdb"
+    older_projection(db, pretend_position=5)
+    before = db.read_bytes()
+    projector = spawn("projector", "--db", str(db),
+                      QUOTASCHED_PROJECTOR_REBUILD_ON_SCHEMA_CHANGE="false")
+    code = await asyncio.to_thread(projector.popen.wait, 30)
+    assert code == 2, describe_process(projector)
+    assert "schema version" in projector.output() and "rebuild" in projector.output()
+    assert db.read_bytes() == before
