@@ -48,13 +48,13 @@ def _fresh(path: str) -> str:
     if os.path.exists(path):
         store_module.connect(path).close()  # raises ProjectionLocked if a projector has it
     building = path + ".rebuild"
-    _discard(building)
+    discard(building)
     return building
 
 
-def _discard(building: str) -> None:
-    """Remove a (partial) rebuild and its write-ahead log."""
-    for leftover in (building, building + ".wal"):
+def discard(path: str) -> None:
+    """Remove a projection file (e.g. a partial rebuild) and its write-ahead log."""
+    for leftover in (path, path + ".wal"):
         if os.path.exists(leftover):
             os.remove(leftover)
 
@@ -80,7 +80,7 @@ def rebuild_from_file(facts_path: str, db_path: str, progress: bool = False) -> 
             else:
                 facts = store.apply_file(facts_path)
     except BaseException:
-        _discard(building)
+        discard(building)
         raise
     _publish(building, db_path)
     return Rebuilt(db_path, facts, time.perf_counter() - started)
@@ -111,7 +111,7 @@ async def rebuild_from_stream(js, db_path: str, batch_size: int = 10_000,
                 bar.advance(batch[-1][0])
             store.con.execute("CHECKPOINT")
     except BaseException:
-        _discard(building)
+        discard(building)
         raise
     _publish(building, db_path)
     return Rebuilt(db_path, facts, time.perf_counter() - started)

@@ -172,7 +172,8 @@ INSERT INTO allocation_ends SELECT seq, "at", job_id, attempt, end_reason, cause
       AND NOT EXISTS (SELECT 1 FROM attempt_ends e
                       WHERE e.job_id = c.job_id AND e.attempt = c.attempt)
     QUALIFY row_number() OVER (PARTITION BY job_id, attempt ORDER BY seq) = 1)""",
-    "attempt_ends_added": f"INSERT INTO attempt_ends SELECT * FROM allocation_ends WHERE {_IN_RANGE}",
+    "attempt_ends_added": f"""
+INSERT INTO attempt_ends SELECT * FROM allocation_ends WHERE {_IN_RANGE}""",
     "preemptions": """
 INSERT INTO preemptions SELECT b.seq, b."at", b.job_id, b.attempt, b.preemptor, b.reason,
     b.outcome, b.job_queue, b.quota_share, j.quota_share, b.preempted_count

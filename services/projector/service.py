@@ -58,6 +58,7 @@ from nats.js.errors import NotFoundError
 import projections
 from events.subjects import FACTS_STREAM
 from projections import store as store_module
+from projections.rebuild import discard
 from services import logs
 from services.metrics import APPLY_BUCKETS, Histogram
 from services.projector import API_PREFIX, QUEUE_GROUP
@@ -145,9 +146,7 @@ class Projector(ReadingMixin, ApplyingMixin, AnsweringMixin):
                 raise
             log.warning("projection schema changed: rebuilding the file from the log",
                         db=self.db_path, reason=str(mismatch))  # fmt: skip
-        for leftover in (self.db_path, self.db_path + ".wal"):
-            if os.path.exists(leftover):
-                os.remove(leftover)
+        discard(self.db_path)
         return projections.open(self.db_path)
 
     async def _watch(self, stop: asyncio.Event) -> None:

@@ -435,7 +435,8 @@ async def test_a_file_of_another_schema_version_is_rebuilt_from_the_log(nats_ser
         await wait_projector(bus, projector)
         assert await wait_for_position(bus.nc, last, timeout=20) == last
         live = await nats_checksums(bus.nc)
-        (warning,) = logged(projector, "projection schema changed: rebuilding the file from the log")
+        (warning,) = logged(projector,
+                            "projection schema changed: rebuilding the file from the log")
         assert "schema version" in warning["reason"] and warning["level"] == "warning"
         last_seq = await write_fact_file(bus.js, tmp_path / "facts.jsonl")
     expected = rebuilt_checksums(tmp_path / "facts.jsonl", tmp_path / "rebuilt.duckdb")
