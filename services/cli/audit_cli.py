@@ -188,7 +188,8 @@ def explain(
                     f"(got {', '.join(given)})")  # fmt: skip
     try:
         if facts is not None:
-            entries = tell(_file_facts(_readable(facts, "explain")), job_id)
+            with open(_readable(facts, "explain"), "rb") as handle:
+                entries = _told(job_id, handle, numbered=True)
         elif commands is not None:
             from services.replay import replay_lines
 
@@ -196,7 +197,7 @@ def explain(
                 entries = tell(replay_lines(handle), job_id)
         elif nats_url is not None:
             with audit.BusReader(nats_url, commands=False) as bus:
-                entries = tell(_decoded(record.text for record in bus.facts()), job_id)
+                entries = _told(job_id, (record.text for record in bus.facts()))
         else:
             raise _fail("quotasched explain: give --facts FILE, --commands FILE or --nats-url "
                         "URL (or set QUOTASCHED_NATS_URL)")  # fmt: skip
@@ -220,22 +221,26 @@ class _BadFact(ValueError):
     pass
 
 
-def _file_facts(path: str):
-    with open(path, "rb") as handle:
-        yield from _decoded((line for line in handle), numbered=True)
-
-
-def _decoded(texts, numbered: bool = False):
+def _told(job_id: str, texts, numbered: bool = False) -> list:
+    """The job's story from the log's JSON texts (bytes from a file, str from the bus); once
+    the job has finished, only the texts that name it are decoded (Story.finished)."""
     from pydantic import ValidationError
 
     from events.codec import decode_fact
+    from services.explain import Story, mentions
 
+    story = Story(job_id)
+    needle = mentions(job_id)
+    needles = (needle, needle.encode()) if needle is not None else None
     for number, text in enumerate(texts, start=1):
+        if story.finished and needles is not None and needles[isinstance(text, bytes)] not in text:
+            continue
         if not text.strip():
             continue
         try:
-            yield decode_fact(text)
+            story.add(decode_fact(text))
         except ValidationError as error:
             where = f"line {number}" if numbered else f"fact #{number}"
             raise _BadFact(f"{where} is not a fact this version can read: "
                            f"{error.errors(include_url=False)[0]['msg']}") from None  # fmt: skip
+    return story.close()

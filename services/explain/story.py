@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from itertools import groupby
 from typing import Any
 
 from events import facts as F
@@ -36,22 +35,90 @@ class InconsistentLog(ValueError):
     """The facts can't be folded (a fact refers to a job or share no earlier fact created)."""
 
 
-def explain(facts: Iterable[F.Fact], job_id: str) -> list[Entry]:
-    """The story of `job_id` as the facts tell it (empty when no fact names the job)."""
-    state = State()
-    story: list[Entry] = []
-    last_wait: tuple | None = None
-    for seq, grouped in groupby(facts, key=lambda fact: fact.command_seq):
-        group = list(grouped)
+_FINAL = (JobStatus.SUCCEEDED, JobStatus.FAILED)
+# All a log may say about a job once it has finished: the core refuses to change it
+# (CommandRejected), ignores reports on it and recognises a repeated submission.
+_AFTER_THE_END = (F.CommandRejected, F.JobReportIgnored, F.SubmissionDeduplicated)
+
+
+class Story:
+    """A job's story, told as the log's facts arrive, one command's facts at a time.
+
+        story = Story(job_id)
+        for fact in facts:
+            story.add(fact)
+        entries = story.close()
+
+    Once the job has finished (SUCCEEDED or FAILED, which the core never leaves) nothing
+    later can change its story but a sentence about a fact naming it, and those facts need
+    no state: so the state is no longer folded, and `finished` tells a caller holding raw
+    lines that only lines naming the job need decoding (`mentions`)."""
+
+    def __init__(self, job_id: str) -> None:
+        self.job_id = job_id
+        self.state = State()
+        self.entries: list[Entry] = []
+        self.finished = False
+        self._last_wait: tuple | None = None
+        self._group: list[F.Fact] = []
+
+    def add(self, fact: F.Fact) -> None:
+        if self._group and fact.command_seq != self._group[0].command_seq:
+            self._flush()
+        self._group.append(fact)
+
+    def close(self) -> list[Entry]:
+        self._flush()
+        return self.entries
+
+    def _flush(self) -> None:
+        group, self._group = self._group, []
+        if not group:
+            return
+        seq = group[0].command_seq
+        if self.finished:
+            self._after_the_end(seq, group)
+            return
         try:
-            last_wait = _step(state, seq, group, job_id, story, last_wait)
+            self._last_wait = _step(self.state, seq, group, self.job_id, self.entries,
+                                    self._last_wait)  # fmt: skip
         except (KeyError, AttributeError, TypeError, IndexError) as error:
             raise InconsistentLog(
                 f"the facts of command {seq} can't be folded onto the ones before them "
                 f"({type(error).__name__}: {error}); is the log complete? "
                 "`quotasched audit verify` finds the first fact that differs"
             ) from None
-    return story
+        job = self.state.jobs.get(self.job_id)
+        self.finished = job is not None and job.status in _FINAL
+
+    def _after_the_end(self, seq: int, group: list[F.Fact]) -> None:
+        for fact in group:
+            if not _names(fact, self.job_id):
+                continue
+            if not isinstance(fact, _AFTER_THE_END):
+                raise InconsistentLog(
+                    f"command {seq}: a {fact.kind} fact names job {self.job_id} after it "
+                    "finished; `quotasched audit verify` finds the first fact that differs")
+            text = _sentence(self.state, fact, self.job_id, None, None, {})
+            if text:
+                self.entries.append(Entry(fact.at, fact.command_seq, fact.kind, text))
+
+
+def explain(facts: Iterable[F.Fact], job_id: str) -> list[Entry]:
+    """The story of `job_id` as the facts tell it (empty when no fact names the job)."""
+    story = Story(job_id)
+    for fact in facts:
+        story.add(fact)
+    return story.close()
+
+
+def mentions(job_id: str) -> str | None:
+    """What the JSON text of every fact naming `job_id` contains, or None when that can't be
+    told from the text alone (an id JSON may write escaped: other than printable ASCII, a
+    quote or a backslash)."""
+    if not job_id.isascii() or not job_id.isprintable() or '"' in job_id or "\\" in job_id:
+        return None
+    return f'"{job_id}"'
 
 
 def _step(state: State, seq: int, group: list[F.Fact], job_id: str, story: list[Entry],

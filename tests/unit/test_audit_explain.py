@@ -20,7 +20,7 @@ import pytest
 from events.codec import decode_command, decode_fact, encode
 from events.subjects import command_subject, subject_for_command
 from services.audit import CommandRecord, FactRecord, render, verify, verify_files
-from services.explain import WAITING, explain, why_waiting
+from services.explain import WAITING, InconsistentLog, Story, explain, why_waiting
 from services.replay import replay_lines
 from services.scheduler.core import State
 from services.scheduler.core.admission import (
@@ -470,3 +470,72 @@ def bus_like(path: Path) -> list[CommandRecord]:
     """A replay file as file records (line = seq), for verifying against a bus-shaped log."""
     return [CommandRecord(number, None, line)
             for number, line in enumerate(path.read_bytes().splitlines(), start=1)]
+
+
+# -- the end of a story -----------------------------------------------------------------------
+
+
+class FoldingToTheEnd(Story):
+    """A story that folds the whole log, never ending early: what the early end must equal."""
+
+    def _flush(self) -> None:
+        super()._flush()
+        self.finished = False
+
+
+def folded_to_the_end(facts, job_id: str):
+    story = FoldingToTheEnd(job_id)
+    for fact in facts:
+        story.add(fact)
+    return story.close()
+
+
+AFTER_THE_END = [  # the notebook, then b1 finishes and is reported on, updated and terminated
+    {"at": 6, "kind": "ReportJobStatus", "jobId": "b1", "status": "SUCCEEDED"},
+    {"at": 7, "kind": "ReportJobStatus", "jobId": "b1", "status": "RUNNING"},
+    {"at": 8, "kind": "UpdateServiceJob", "jobId": "b1", "schedulingPriority": 9},
+    {"at": 9, "kind": "SubmitServiceJob", "jobId": "b2", "jobName": "b2", "jobQueue": "q",
+     "quotaShareName": "qs2", "schedulingPriority": 1,
+     "capacityUsage": [{"capacityUnit": G5, "quantity": 1}]},
+    {"at": 10, "kind": "TerminateServiceJob", "jobId": "b1", "reason": "too late"},
+]
+
+
+def test_a_finished_jobs_story_ends_early_and_still_tells_what_names_it(tmp_path: Path):
+    lines = NOTEBOOK.read_text().splitlines() + [json.dumps(c) for c in AFTER_THE_END]
+    facts = list(replay_lines([line.encode() for line in lines if line.strip()]))
+    entries = explain(facts, "b1")
+    assert entries == folded_to_the_end(facts, "b1")
+    kinds = [entry.kind for entry in entries]
+    assert kinds[-3:] == ["JobReportIgnored", "CommandRejected", "CommandRejected"]
+    assert "b1 finished: SUCCEEDED" in text_of(entries)
+    # The command line reads a file, decoding only the lines that name b1 once it finished.
+    path = write_lines(tmp_path / "facts.jsonl", [encode(fact) for fact in facts])
+    told = run("explain", "b1", "--facts", str(path), "--output", "json")
+    assert told.returncode == 0, told.stderr
+    assert json.loads(told.stdout) == [entry.document() for entry in entries]
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_every_jobs_story_ending_early_equals_the_whole_fold(seed: int):
+    from tests.projections.helpers import random_workload
+
+    facts = list(replay_lines([line.encode() for line in random_workload(seed, commands=600)]))
+    jobs = sorted({fact.job_id for fact in facts if fact.kind == "JobSubmitted"})
+    finished = 0
+    for job_id in jobs:
+        entries = explain(facts, job_id)
+        assert entries == folded_to_the_end(facts, job_id), job_id
+        finished += any("finished" in entry.sentence for entry in entries)
+    assert finished >= 10
+
+
+def test_a_fact_that_changes_a_finished_job_is_an_inconsistent_log():
+    lines = NOTEBOOK.read_text().splitlines() + [json.dumps(AFTER_THE_END[0])]
+    facts = list(replay_lines([line.encode() for line in lines if line.strip()]))
+    (succeeded,) = [fact for fact in facts if fact.kind == "JobStatusChanged"
+                    and fact.job_id == "b1" and fact.status.value == "SUCCEEDED"]  # fmt: skip
+    forged = decode_fact(encode(succeeded).replace('"SUCCEEDED"', '"RUNNING"', 1))
+    forged_later = forged.model_copy(update={"command_seq": facts[-1].command_seq + 1})
+    with pytest.raises(InconsistentLog, match="names job b1 after it finished"):
+        explain([*facts, forged_later], "b1")
