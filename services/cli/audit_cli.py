@@ -231,10 +231,11 @@ def _told(job_id: str, texts, numbered: bool = False) -> list:
 
     story = Story(job_id)
     needle = mentions(job_id)
-    needles = (needle, needle.encode()) if needle is not None else None
+    needle_bytes = needle.encode() if needle is not None else None
     for number, text in enumerate(texts, start=1):
-        if story.finished and needles is not None and needles[isinstance(text, bytes)] not in text:
-            continue
+        if story.finished and needle is not None:
+            if (needle_bytes if isinstance(text, bytes) else needle) not in text:
+                continue
         if not text.strip():
             continue
         try:

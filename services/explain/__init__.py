@@ -24,7 +24,15 @@ and rendering the story), `sentences` (the wording of each fact), `waiting` (why
 fact).  This module is the public face: every name importers use is here.
 """
 
-from services.explain.story import WAITING, Entry, InconsistentLog, Story, explain, mentions, render
+from services.explain.story import (
+    WAITING,
+    Entry,
+    InconsistentLog,
+    Story,
+    explain,
+    mentions,
+    render,
+)
 from services.explain.waiting import why_waiting
 
 __all__ = ["WAITING", "Entry", "InconsistentLog", "Story", "explain", "mentions", "render",
