@@ -35,7 +35,6 @@ class InconsistentLog(ValueError):
     """The facts can't be folded (a fact refers to a job or share no earlier fact created)."""
 
 
-_FINAL = (JobStatus.SUCCEEDED, JobStatus.FAILED)
 # All a log may say about a job once it has finished: the core refuses to change it
 # (CommandRejected), ignores reports on it and recognises a repeated submission.
 _AFTER_THE_END = (F.CommandRejected, F.JobReportIgnored, F.SubmissionDeduplicated)
@@ -89,7 +88,7 @@ class Story:
                 "`quotasched audit verify` finds the first fact that differs"
             ) from None
         job = self.state.jobs.get(self.job_id)
-        self.finished = job is not None and job.status in _FINAL
+        self.finished = job is not None and job.status.terminal
 
     def _after_the_end(self, seq: int, group: list[F.Fact]) -> None:
         for fact in group:
