@@ -28,3 +28,9 @@ class FactNotApplicable(ProjectionError):
         if len(problems) > 1:
             message += f" (and {len(problems) - 1} more problem(s) in the batch)"
         super().__init__(message)
+
+
+class FileNotReadable(FactNotApplicable):
+    """DuckDB's reader refused a fact file (a line that is not JSON), or numbered its lines
+    otherwise than the caller expected; `rebuild_from_stream` then applies those facts one
+    message each, so that the error names a stream sequence."""

@@ -11,13 +11,14 @@ a failed rebuild leaves the old file as it was.  Projections are disposable (DES
 
 Progress: rich draws it (the well-kept library for terminal progress, already a dependency of
 the CLI).  A file is read and projected by DuckDB in a few large statements, so the bar
-follows DuckDB's own per-statement progress (`query_progress`); the stream is projected in
-batches as it arrives, so its bar counts facts against the stream's last sequence.
+follows DuckDB's own per-statement progress (`query_progress`); reading the stream, the bar
+counts facts against the stream's last sequence, then it follows the projection's steps.
 """
 
 from __future__ import annotations
 
 import os
+import struct
 import threading
 import time
 from dataclasses import dataclass
@@ -73,12 +74,8 @@ def rebuild_from_file(facts_path: str, db_path: str, progress: bool = False) -> 
     building = _fresh(db_path)
     started = time.perf_counter()
     try:
-        with store_module.open(building) as store:
-            if progress:
-                with _StepBar(store, f"rebuilding {db_path}") as bar:
-                    facts = store.apply_file(facts_path, on_step=bar.step)
-            else:
-                facts = store.apply_file(facts_path)
+        facts = _build(building, f"rebuilding {db_path}", progress,
+                       lambda store, on_step: store.apply_file(facts_path, on_step=on_step))
     except BaseException:
         discard(building)
         raise
@@ -86,35 +83,145 @@ def rebuild_from_file(facts_path: str, db_path: str, progress: bool = False) -> 
     return Rebuilt(db_path, facts, time.perf_counter() - started)
 
 
-async def rebuild_from_stream(js, db_path: str, batch_size: int = 10_000,
-                              progress: bool = False) -> Rebuilt:  # fmt: skip
-    """A fresh projection of every fact in QM_FACTS, read with the ordered consumer of
-    services.scheduler.log, applied `batch_size` facts per transaction."""
+async def rebuild_from_stream(js, db_path: str, progress: bool = False,
+                              chunk_size: int = 20_000) -> Rebuilt:  # fmt: skip
+    """A fresh projection of every fact in QM_FACTS (as of the call), seq = stream sequence.
+
+    The log is read with an ordered consumer in chunks (services.scheduler.log.read_log_chunks)
+    and spooled to files beside the target, one per run of consecutive sequences, which are
+    then projected like a fact file (`apply_file` with the run's first sequence): one pass of
+    DuckDB's own reader and one transaction per run, instead of a transaction per few thousand
+    facts whose lookups grow with the file.  A message the file reader could not number
+    exactly (a line break inside it, anything around its JSON object) is applied on its own,
+    as the live projector would apply it, and so is a run the reader refuses: the error then
+    names the stream sequence of the fact."""
     from services.bus import last_sequence
-    from services.scheduler.log import ALL_FACTS, read_log
+    from services.scheduler.log import ALL_FACTS, read_log_chunks
 
     building = _fresh(db_path)
     started = time.perf_counter()
     total = await last_sequence(js, ALL_FACTS)
-    facts = 0
+    spool = _Spool(building)
     try:
-        with store_module.open(building) as store, _FactBar(total, progress, db_path) as bar:
-            batch: list[tuple[int, bytes]] = []
-            async for seq, payload, _subject in read_log(js, ALL_FACTS, 1, until_seq=total):
-                batch.append((seq, payload))
-                if len(batch) >= batch_size:
-                    facts += store.apply(batch)
-                    bar.advance(seq)
-                    batch = []
-            if batch:
-                facts += store.apply(batch)
-                bar.advance(batch[-1][0])
-            store.con.execute("CHECKPOINT")
+        with _FactBar(total, progress, db_path) as bar:
+            async for chunk in read_log_chunks(js, ALL_FACTS, 1, until_seq=total,
+                                               chunk_size=chunk_size):  # fmt: skip
+                spool.add(chunk)
+                bar.advance(chunk[-1][0])
+        spool.close()
+        facts = _build(building, f"projecting {spool.facts:,} facts", progress, spool.apply)
     except BaseException:
         discard(building)
         raise
+    finally:
+        spool.remove()
     _publish(building, db_path)
     return Rebuilt(db_path, facts, time.perf_counter() - started)
+
+
+@dataclass
+class _Part:
+    """A spool file: a JSON Lines `run` of consecutive sequences from `first`, or `messages`
+    (any sequences), each record a (seq, length) header and the payload as it arrived."""
+
+    kind: str  # "run" | "messages"
+    path: str
+    first: int
+    count: int = 0
+
+
+class _Spool:
+    """The facts read from the stream, in files beside the rebuild: JSON Lines runs that
+    DuckDB's reader numbers exactly, and the odd messages it could not (a line break inside,
+    anything around the JSON object: the live projector stores those as they are, so this must
+    too), kept apart; `apply` projects the parts in sequence order."""
+
+    HEADER = struct.Struct("<QI")  # seq, payload length
+    MESSAGES_PER_BATCH = 10_000
+
+    def __init__(self, building: str):
+        self.prefix = building + ".spool"
+        self.parts: list[_Part] = []
+        self.handle = None
+        self.facts = 0
+
+    @staticmethod
+    def is_line(payload: bytes) -> bool:
+        """Read back by read_ndjson_objects as exactly this one row, byte for byte."""
+        return (payload[:1] == b"{" and payload[-1:] == b"}" and b"\n" not in payload
+                and b"\r" not in payload)  # fmt: skip
+
+    def add(self, chunk: list[tuple[int, bytes]]) -> None:
+        self.facts += len(chunk)
+        payloads = [payload for _, payload in chunk]
+        if chunk[-1][0] - chunk[0][0] == len(chunk) - 1 and all(map(self.is_line, payloads)):
+            self._part("run", chunk[0][0]).write(b"\n".join(payloads) + b"\n")
+            self.parts[-1].count += len(chunk)
+            return
+        for seq, payload in chunk:  # a gap or an odd message: one at a time
+            if self.is_line(payload):
+                self._part("run", seq).write(payload + b"\n")
+            else:
+                self._part("messages", seq).write(self.HEADER.pack(seq, len(payload)) + payload)
+            self.parts[-1].count += 1
+
+    def _part(self, kind: str, seq: int):
+        """The open file that `seq` continues, or a new one."""
+        last = self.parts[-1] if self.parts else None
+        continues = last is not None and last.kind == kind and (
+            kind == "messages" or seq == last.first + last.count)
+        if not continues:
+            self.close()
+            self.parts.append(_Part(kind, f"{self.prefix}{len(self.parts)}", seq))
+            self.handle = open(self.parts[-1].path, "wb")
+        return self.handle
+
+    def close(self) -> None:
+        if self.handle is not None:
+            self.handle.close()
+            self.handle = None
+
+    def apply(self, store, on_step=None) -> int:
+        applied = 0
+        for part in self.parts:
+            if part.kind == "messages":
+                applied += sum(store.apply(batch) for batch in self._messages(part))
+                continue
+            try:
+                applied += store.apply_file(part.path, on_step, first_seq=part.first,
+                                            expect_lines=part.count)  # fmt: skip
+            except store_module.FileNotReadable:  # let the store name the fact's sequence
+                with open(part.path, "rb") as lines:
+                    batch = lines.read().split(b"\n")[: part.count]
+                applied += store.apply(enumerate(batch, part.first))
+        store.con.execute("CHECKPOINT")
+        return applied
+
+    def _messages(self, part: _Part):
+        with open(part.path, "rb") as records:
+            batch: list[tuple[int, bytes]] = []
+            for _ in range(part.count):
+                seq, length = self.HEADER.unpack(records.read(self.HEADER.size))
+                batch.append((seq, records.read(length)))
+                if len(batch) == self.MESSAGES_PER_BATCH:
+                    yield batch
+                    batch = []
+            if batch:
+                yield batch
+
+    def remove(self) -> None:
+        self.close()
+        for part in self.parts:
+            discard(part.path)
+
+
+def _build(building: str, title: str, progress: bool, apply) -> int:
+    """`apply(store, on_step)` on the file being built, under a bar of its steps if asked."""
+    with store_module.open(building) as store:
+        if not progress:
+            return apply(store, None)
+        with _StepBar(store, title) as bar:
+            return apply(store, bar.step)
 
 
 class _StepBar:

@@ -82,7 +82,10 @@ def file_lines(path: str) -> str:
             f"SELECT json::VARCHAR AS body FROM read_ndjson_objects({quoted})")  # fmt: skip
 
 
-FROM_FILE = "(SELECT rowid + 1 AS seq, body FROM file_lines) WHERE seq > $lo AND seq <= $hi"
+def from_file(first_seq: int = 1) -> str:
+    """The rows of `file_lines`, numbered from `first_seq` (an int: no injection)."""
+    return (f"(SELECT rowid + {int(first_seq)} AS seq, body FROM file_lines) "
+            "WHERE seq > $lo AND seq <= $hi")  # fmt: skip
 
 
 SESSION_DDL = "CREATE TEMP TABLE IF NOT EXISTS staged (seq BIGINT NOT NULL, body VARCHAR NOT NULL)"

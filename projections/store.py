@@ -33,7 +33,8 @@ from typing import Any
 import duckdb
 
 from projections import checks, rows, schema
-from projections.errors import FactNotApplicable, ProjectionError, ProjectionLocked
+from projections.errors import (FactNotApplicable, FileNotReadable, ProjectionError,
+                                ProjectionLocked)
 
 
 def connect(path: str, read_only: bool = False) -> duckdb.DuckDBPyConnection:
@@ -111,11 +112,14 @@ class ProjectionStore:
         finally:
             self.con.execute("DELETE FROM staged")
 
-    def apply_file(self, path: str, on_step: Callable[[str], None] | None = None) -> int:
+    def apply_file(self, path: str, on_step: Callable[[str], None] | None = None,
+                   first_seq: int = 1, expect_lines: int | None = None) -> int:  # fmt: skip
         """Project a JSON Lines fact file in one transaction (seq = position in the file,
-        blank lines skipped); lines at or below the position are skipped, so running it
-        again after a crash resumes.  DuckDB reads the file itself (rows.file_lines), and
-        its lines then take the same path as `apply`.  `on_step(name)` is called before each step."""
+        blank lines skipped, counted from `first_seq`); lines at or below the position are
+        skipped, so running it again after a crash resumes.  DuckDB reads the file itself
+        (rows.file_lines), and its lines then take the same path as `apply`.  `on_step(name)`
+        is called before each step.  Raises FileNotReadable when DuckDB's reader refuses the
+        file, or reads another number of lines than `expect_lines`."""
         if not os.path.exists(path):
             raise ProjectionError(f"no such fact file: {path}")
         position = self.position()
@@ -124,12 +128,15 @@ class ProjectionStore:
         try:
             self.con.execute(rows.file_lines(path))
         except duckdb.Error as error:  # DuckDB names the line that is not JSON
-            raise FactNotApplicable([], f"{path}: {error}") from None
+            raise FileNotReadable([], f"{path}: {error}") from None
         try:
-            last = self.con.execute("SELECT count(*) FROM file_lines").fetchone()[0]
+            lines = self.con.execute("SELECT count(*) FROM file_lines").fetchone()[0]
+            if expect_lines is not None and lines != expect_lines:
+                raise FileNotReadable([], f"{path}: {lines} lines read, {expect_lines} expected")
+            last = first_seq - 1 + lines
             if last <= position:
                 return 0
-            applied = self._project(position, rows.FROM_FILE, last, on_step)
+            applied = self._project(position, rows.from_file(first_seq), last, on_step)
         finally:
             self.con.execute("DROP TABLE IF EXISTS file_lines")
         step("checkpoint")

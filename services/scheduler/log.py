@@ -86,6 +86,48 @@ async def read_log(js: JetStreamContext, subject: str = ALL_FACTS, start_seq: in
         yield stream_seq(msg), msg.data, msg.subject
 
 
+async def read_log_chunks(js: JetStreamContext, subject: str = ALL_FACTS, start_seq: int = 1,
+                          until_seq: int | None = None,
+                          chunk_size: int = 20_000) -> AsyncIterator[list[tuple[int, bytes]]]:
+    """The log from `start_seq` to its end as of the call (or `until_seq`), in order, as
+    lists of up to `chunk_size` (stream seq, payload): for bulk readers (a projection rebuild)
+    that hand on many facts at once.  The subscription's callback appends to a list, so no
+    queue put/get or generator step is paid per message (read_log's cost)."""
+    end = until_seq if until_seq is not None else await last_sequence(js, subject)
+    if end < start_seq:
+        return
+    pending: list[tuple[int, bytes]] = []
+    ready = asyncio.Event()
+    finished = False
+
+    async def deliver(msg) -> None:
+        nonlocal finished
+        seq = stream_seq(msg)
+        if finished or seq > end:
+            return
+        pending.append((seq, msg.data))
+        if seq >= end:
+            finished = True
+            ready.set()
+        elif len(pending) >= chunk_size:
+            ready.set()
+
+    config = ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=start_seq)
+    sub = await js.subscribe(subject, cb=deliver, ordered_consumer=True, config=config,
+                             stream=FACTS_STREAM, pending_msgs_limit=200_000)  # fmt: skip
+    try:
+        while True:
+            await ready.wait()
+            ready.clear()
+            arrived, pending[:] = pending[:], []
+            for start in range(0, len(arrived), chunk_size):  # more may arrive than asked
+                yield arrived[start:start + chunk_size]
+            if finished and not pending:
+                return
+    finally:
+        await sub.unsubscribe()
+
+
 async def read_commands(js: JetStreamContext, start_seq: int = 1) -> list[tuple[int, str, bytes, float]]:
     """Every command of QM_COMMANDS from `start_seq`, as the scheduler saw it: (stream seq,
     subject, data, stamp), the stamp from `sequence_and_time`."""

@@ -217,7 +217,7 @@ async def test_a_rebuild_from_the_stream_equals_a_rebuild_from_the_file(nats_ser
                                    document.get("quotaShareName"))  # fmt: skip
             await js.publish(subject, fact.encode())
         from_stream = await rebuild.rebuild_from_stream(js, str(tmp_path / "s.duckdb"),
-                                                        batch_size=97)  # fmt: skip
+                                                        chunk_size=97)  # fmt: skip
     finally:
         await nc.close()
     facts_path = write_facts(tmp_path / "f.jsonl", facts)
