@@ -101,7 +101,7 @@ async def rebuild_from_stream(js, db_path: str, progress: bool = False,
     building = _fresh(db_path)
     started = time.perf_counter()
     total = await last_sequence(js, ALL_FACTS)
-    spool = _Spool(building)
+    spool = Spool(building)
     try:
         with _FactBar(total, progress, db_path) as bar:
             async for chunk in read_log_chunks(js, ALL_FACTS, 1, until_seq=total,
@@ -130,7 +130,7 @@ class _Part:
     count: int = 0
 
 
-class _Spool:
+class Spool:
     """The facts read from the stream, in files beside the rebuild: JSON Lines runs that
     DuckDB's reader numbers exactly, and the odd messages it could not (a line break inside,
     anything around the JSON object: the live projector stores those as they are, so this must
@@ -143,7 +143,9 @@ class _Spool:
         self.prefix = building + ".spool"
         self.parts: list[_Part] = []
         self.handle = None
-        self.facts = 0
+        self.facts = 0  # added
+        self.applied = 0  # projected by `apply`
+        self.refused = 0  # runs DuckDB's reader refused, applied message by message instead
 
     @staticmethod
     def is_line(payload: bytes) -> bool:
@@ -182,20 +184,25 @@ class _Spool:
             self.handle = None
 
     def apply(self, store, on_step=None) -> int:
-        applied = 0
+        """Project the parts in order, a transaction per run (per 10k odd messages); returns
+        how many facts were new.  On FactNotApplicable the parts before the failing one stay
+        committed, and `applied` counts their facts."""
+        self.applied = self.refused = 0
         for part in self.parts:
             if part.kind == "messages":
-                applied += sum(store.apply(batch) for batch in self._messages(part))
+                for batch in self._messages(part):
+                    self.applied += store.apply(batch)
                 continue
             try:
-                applied += store.apply_file(part.path, on_step, first_seq=part.first,
-                                            expect_lines=part.count)  # fmt: skip
+                self.applied += store.apply_file(part.path, on_step, first_seq=part.first,
+                                                 expect_lines=part.count)  # fmt: skip
             except store_module.FileNotReadable:  # let the store name the fact's sequence
+                self.refused += 1
                 with open(part.path, "rb") as lines:
                     batch = lines.read().split(b"\n")[: part.count]
-                applied += store.apply(enumerate(batch, part.first))
+                self.applied += store.apply(enumerate(batch, part.first))
         store.con.execute("CHECKPOINT")
-        return applied
+        return self.applied
 
     def _messages(self, part: _Part):
         with open(part.path, "rb") as records:

@@ -8,6 +8,7 @@
     query(url, "position")             # last applied fact seq, and lag behind the log
 
 service.py  the `Projector`: start, run, watch the log, stop; built from the parts below
+bulk.py     a large backlog at start: spooled and projected like a rebuild, then followed
 reading.py  the consumer loop: ordered consumer from the file's position + 1, batches
 applying.py `projections.store.apply`, one transaction per batch (rows + position), then
             `qm.projected`; checkpoints when the log goes quiet

@@ -19,6 +19,9 @@ class ProjectorOptions(BaseSettings):
     max_wait_ms: float = Field(25.0, ge=0)  # linger after the first fact of a batch
     catch_up_wait_ms: float = Field(250.0, ge=0)  # linger for facts the server says are waiting
     high_water: int = Field(50_000, ge=1000)  # buffered facts before the reader pauses
+    # A backlog of at least this many facts at start is spooled and projected like a rebuild
+    # (services/projector/bulk.py) instead of in batches; 0: never.
+    bulk_catch_up: int = Field(100_000, ge=0)
     query_timeout_s: float = Field(30.0, gt=0)  # a read is interrupted after this long
     query_threads: int = Field(2, ge=1, le=16)  # reads running at once
     progress_every_s: float = Field(10.0, gt=0)  # a progress log line at most this often

@@ -188,19 +188,24 @@ def _pending(msg) -> int:
 
 
 def _last_complete(batch: list) -> int:
-    """How many leading messages of `batch` end on the last fact of a command (0: none do).
-    A message without the scheduler's headers counts as a whole command."""
+    """How many leading messages of `batch` end on the last fact of a command (0: none do)."""
     for index in range(len(batch) - 1, -1, -1):
-        headers = batch[index].headers
-        if not headers:
-            return index + 1
-        count = headers.get("Qm-Facts")
-        msg_id = headers.get("Nats-Msg-Id")
-        if count is None or msg_id is None:
-            return index + 1
-        try:
-            if int(msg_id.rsplit(":", 1)[1]) + 1 >= int(count):
-                return index + 1
-        except (IndexError, ValueError):
+        if ends_command(batch[index].headers):
             return index + 1
     return 0
+
+
+def ends_command(headers: dict | None) -> bool:
+    """Is this message the last fact of its command?  (Its message id ends in the index of
+    the fact within the command, `Qm-Facts` counts them.)  A message without the scheduler's
+    headers counts as a whole command."""
+    if not headers:
+        return True
+    count = headers.get("Qm-Facts")
+    msg_id = headers.get("Nats-Msg-Id")
+    if count is None or msg_id is None:
+        return True
+    try:
+        return int(msg_id.rsplit(":", 1)[1]) + 1 >= int(count)
+    except (IndexError, ValueError):
+        return True

@@ -13,6 +13,12 @@ position on every start anyway, plus an ack per batch.  "Durable" here is the fi
 at any instant leaves whole batches only, and the next start re-reads from the fact after the
 last committed one; a fact at or below the position is skipped by the store.
 
+A large backlog at start (at least `bulk_catch_up` facts: a fresh file on an existing log, a
+file rebuilt after a schema change, a projector that was down) is first read to the last
+whole command, spooled beside the file and projected like a rebuild, a transaction per run
+of consecutive sequences (`bulk.py`); requests are answered meanwhile, and then it follows
+the log as below.
+
 Per batch: take up to `max_batch` buffered facts, waiting at most `max_wait_ms` after the
 first one arrived for more (under load the facts that arrived during the previous apply are
 taken at once, so a batch's size follows the rate: lag ~ two apply times).  When catching up
@@ -41,9 +47,10 @@ applied, so the position ends right before it, an error naming its sequence and 
 logged, and `run` raises `ProjectorHalted`.  Nothing is ever skipped.
 
 The parts: `options.py` (ProjectorOptions), `errors.py` (ProjectorError, ProjectorHalted),
-`reading.py` (the ordered consumer and the batching loop), `applying.py` (one transaction per
-batch, the halt on a fact that cannot be applied), `answering.py` (request/reply), and this
-module: the `Projector` that holds their state and runs them (start, stop, the log check).
+`bulk.py` (a large backlog at start, spooled), `reading.py` (the ordered consumer and the
+batching loop), `applying.py` (one transaction per batch, the halt on a fact that cannot be
+applied), `answering.py` (request/reply), and this module: the `Projector` that holds their
+state and runs them (start, stop, the log check).
 """
 
 from __future__ import annotations
@@ -64,6 +71,7 @@ from services.metrics import APPLY_BUCKETS, Histogram
 from services.projector import API_PREFIX, QUEUE_GROUP
 from services.projector.answering import AnsweringMixin
 from services.projector.applying import ApplyingMixin
+from services.projector.bulk import BulkMixin, allow_spool
 from services.projector.errors import ProjectorError, ProjectorHalted
 from services.projector.options import ProjectorOptions
 from services.projector.reading import ReadingMixin
@@ -71,7 +79,7 @@ from services.projector.reading import ReadingMixin
 log = logs.get("quotasched.projector")
 
 
-class Projector(ReadingMixin, ApplyingMixin, AnsweringMixin):
+class Projector(ReadingMixin, BulkMixin, ApplyingMixin, AnsweringMixin):
     def __init__(self, nc: Client, db_path: str, options: ProjectorOptions | None = None):
         self.nc = nc
         self.js = nc.jetstream()
@@ -113,7 +121,9 @@ class Projector(ReadingMixin, ApplyingMixin, AnsweringMixin):
         self.store = self._open_store()  # ProjectionLocked, ProjectionError
         watcher = asyncio.create_task(self._watch(stop))
         try:
-            # Reads run on cursors of this connection: no files, no ATTACH, no extensions.
+            # Reads run on cursors of this connection: no files, no ATTACH, no extensions
+            # (but the spool of a bulk catch-up, which the projector itself reads).
+            allow_spool(self.store.con, self.db_path)
             self.store.con.execute("SET enable_external_access = false")
             if self.options.duckdb_threads is not None:
                 self.store.con.execute(f"SET threads = {int(self.options.duckdb_threads)}")
@@ -128,9 +138,11 @@ class Projector(ReadingMixin, ApplyingMixin, AnsweringMixin):
                      max_batch=self.options.max_batch, max_wait_ms=self.options.max_wait_ms)  # fmt: skip
             self._api_sub = await self.nc.subscribe(f"{API_PREFIX}.*", queue=QUEUE_GROUP,
                                                     cb=self._on_request)  # fmt: skip
-            await self._subscribe(self.position + 1)
             self.ready.set()
-            await self._consume()
+            await self._catch_up_in_bulk(stream_last)  # a large backlog: like a rebuild
+            if not self._stopping:
+                await self._subscribe(self.position + 1)
+                await self._consume()
         finally:
             watcher.cancel()
             await self._close()

@@ -1,5 +1,5 @@
 """A rebuild from the stream spools the log to JSON Lines runs and projects each run in one
-pass (projections.rebuild._Spool): it must give exactly the tables the live projector's path
+pass (projections.rebuild.Spool): it must give exactly the tables the live projector's path
 (`ProjectionStore.apply`, message by message) gives for the same (stream seq, payload) pairs,
 whatever the gaps in the sequences and the shape of the messages."""
 
@@ -58,7 +58,7 @@ def applied_one_by_one(pairs, path) -> dict:
 
 
 def spooled(pairs, path, chunk: int) -> int:
-    spool = rebuild._Spool(str(path))
+    spool = rebuild.Spool(str(path))
     for start in range(0, len(pairs), chunk):
         spool.add(pairs[start:start + chunk])
     spool.close()
@@ -71,7 +71,7 @@ def spooled(pairs, path, chunk: int) -> int:
 
 def test_plain_facts_make_one_run_whatever_the_chunks(facts, tmp_path):
     pairs = [(seq, fact.encode()) for seq, fact in enumerate(facts, 1)]
-    spool = rebuild._Spool(str(tmp_path / "a.duckdb"))
+    spool = rebuild.Spool(str(tmp_path / "a.duckdb"))
     for start in range(0, len(pairs), 7):
         spool.add(pairs[start:start + 7])
     spool.close()
@@ -85,7 +85,7 @@ def test_a_gap_starts_a_new_run_and_odd_messages_are_kept_apart(facts, tmp_path)
     plain = [fact.encode() for fact in facts[:7]]
     pairs = [(1, plain[0]), (2, plain[1]), (3, plain[2]), (4, pretty(facts[3])),
              (5, plain[4] + b"\n"), (6, plain[5]), (9, plain[6])]  # fmt: skip
-    spool = rebuild._Spool(str(tmp_path / "a.duckdb"))
+    spool = rebuild.Spool(str(tmp_path / "a.duckdb"))
     spool.add(pairs[:4])
     spool.add(pairs[4:])
     spool.close()

@@ -1,0 +1,135 @@
+"""The projector catching up a large backlog in bulk (services/projector/bulk.py): spooled and
+projected like a rebuild, then followed live, with the same tables as a clean rebuild; it
+stops short of a command whose facts are not all in the log yet, and a fact it cannot apply
+still stops it right before that fact.  `QUOTASCHED_PROJECTOR_BULK_CATCH_UP` is set low so
+that a small log counts as a large backlog."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from events.subjects import FACTS_STREAM, fact_subject
+from services.bus import ensure_streams
+from services.client import Bus
+from services.projector.client import wait_for_position
+from services.settings import Settings
+from tests.integration.helpers import describe_process, generate_workload, logged, offline_facts
+from tests.integration.test_projector_live import (
+    assert_same_tables,
+    file_checksums,
+    nats_checksums,
+    publish_facts,
+    rebuilt_checksums,
+    wait_projector,
+    write_fact_file,
+)
+
+pytestmark = pytest.mark.nats
+
+BULK = {"QUOTASCHED_PROJECTOR_BULK_CATCH_UP": "100"}
+
+
+def workload_payloads(seed: int, count: int) -> list[bytes]:
+    return [json.dumps(fact).encode()
+            for fact in offline_facts(generate_workload(seed=seed, count=count))]  # fmt: skip
+
+
+async def test_a_large_backlog_is_caught_up_in_bulk_then_followed_live(nats_server, spawn,
+                                                                        tmp_path):  # fmt: skip
+    payloads = workload_payloads(seed=5, count=500)
+    head, tail = payloads[: len(payloads) * 2 // 3], payloads[len(payloads) * 2 // 3:]
+    db = tmp_path / "bulk.duckdb"
+    leftover = tmp_path / "bulk.duckdb.catch-up" / "facts.spool0"  # as a crash leaves it
+    leftover.parent.mkdir()
+    leftover.write_bytes(b"{}\n")
+    async with Bus(nats_server.url) as bus:
+        await ensure_streams(bus.js, Settings(lease_ttl_s=3.0))
+        await publish_facts(bus.js, head)
+        projector = spawn("projector", "--db", str(db), **BULK)
+        await wait_projector(bus, projector)
+        assert await wait_for_position(bus.nc, len(head), timeout=30) == len(head)
+        (done,) = logged(projector, "caught up in bulk")
+        assert done["position"] == done["facts"] == len(head)  # it ends on a whole command
+        assert done["runs"] == 1 and done["runs_refused"] == 0  # DuckDB read the spool itself
+        assert not leftover.parent.exists()  # the spool is gone, and so is what a crash left
+        last = (await publish_facts(bus.js, tail))[-1]  # then live, batch by batch
+        assert await wait_for_position(bus.nc, last, timeout=30) == last
+        live = await nats_checksums(bus.nc)
+        assert await write_fact_file(bus.js, tmp_path / "facts.jsonl") == last
+    expected = rebuilt_checksums(tmp_path / "facts.jsonl", tmp_path / "rebuilt.duckdb")
+    assert live[0] == expected[0] == last
+    assert_same_tables(live[1], expected[1], "bulk catch-up, then live")
+    assert projector.stop() == 0
+    assert len(logged(projector, "caught up in bulk")) == 1
+
+
+async def test_bulk_catch_up_stops_before_a_command_whose_facts_are_not_all_logged(
+        nats_server, spawn, tmp_path):  # fmt: skip
+    payloads = workload_payloads(seed=6, count=300)
+    counts: dict[int, int] = {}
+    for payload in payloads:
+        command = json.loads(payload)["commandSeq"]
+        counts[command] = counts.get(command, 0) + 1
+    command = max(seq for seq, count in counts.items() if count >= 2)
+    first = next(i for i, p in enumerate(payloads) if json.loads(p)["commandSeq"] == command)
+    held = first + 1  # publish this command's first fact only, then the rest later
+    db = tmp_path / "partial.duckdb"
+    async with Bus(nats_server.url) as bus:
+        await ensure_streams(bus.js, Settings(lease_ttl_s=3.0))
+        seqs = await publish_with_counts(bus.js, payloads[:held], counts)
+        projector = spawn("projector", "--db", str(db), **BULK)
+        await wait_projector(bus, projector)
+        assert await wait_for_position(bus.nc, seqs[-1], timeout=30) == seqs[-1]
+        (started,) = logged(projector, "catching up in bulk")
+        assert started["until_seq"] == seqs[first - 1]  # the command before the partial one
+        seqs += await publish_with_counts(bus.js, payloads[held:], counts, after=payloads[:held])
+        assert await wait_for_position(bus.nc, seqs[-1], timeout=30) == seqs[-1]
+        live = await nats_checksums(bus.nc)
+        await write_fact_file(bus.js, tmp_path / "facts.jsonl")
+    expected = rebuilt_checksums(tmp_path / "facts.jsonl", tmp_path / "rebuilt.duckdb")
+    assert_same_tables(live[1], expected[1], "a partial command at the end of the backlog")
+    assert projector.stop() == 0
+
+
+async def publish_with_counts(js, payloads: list[bytes], counts: dict[int, int],
+                              after: list[bytes] = ()) -> list[int]:  # fmt: skip
+    """As the scheduler publishes: `Qm-Facts` is the command's whole count, also when only
+    some of its facts are published now (`after`: the ones published before)."""
+    index: dict[int, int] = {}
+    for payload in after:
+        command = json.loads(payload)["commandSeq"]
+        index[command] = index.get(command, -1) + 1
+    seqs = []
+    for payload in payloads:
+        fact = json.loads(payload)
+        command = fact["commandSeq"]
+        position = index[command] = index.get(command, -1) + 1
+        headers = {"Nats-Msg-Id": f"test:{command}:{position}", "Qm-Facts": str(counts[command])}
+        subject = fact_subject(fact["kind"], fact.get("jobQueue"), fact.get("quotaShareName"))
+        seqs.append((await js.publish(subject, payload, stream=FACTS_STREAM, headers=headers)).seq)
+    return seqs
+
+
+async def test_a_fact_it_cannot_apply_in_a_bulk_backlog_stops_it_right_before_it(
+        nats_server, spawn, tmp_path):  # fmt: skip
+    payloads = workload_payloads(seed=7, count=300)
+    bogus = {"kind": "JobStatusChanged", "at": 1.0, "commandSeq": 10_000, "jobId": "never",
+             "attempt": 1, "status": "SUCCEEDED", "cause": "REPORTED"}  # fmt: skip
+    middle = len(payloads) // 2
+    db = tmp_path / "halt.duckdb"
+    async with Bus(nats_server.url) as bus:
+        await ensure_streams(bus.js, Settings(lease_ttl_s=3.0))
+        await publish_facts(bus.js, payloads[:middle])
+        bad_seq = (await publish_facts(bus.js, [json.dumps(bogus).encode()]))[0]
+        await publish_facts(bus.js, payloads[middle:])
+        projector = spawn("projector", "--db", str(db), **BULK)
+        code = await asyncio.to_thread(projector.popen.wait, 60)
+    assert code == 1, describe_process(projector)
+    assert logged(projector, "bulk catch-up met a fact it cannot apply; going on batch by batch")
+    (error,) = logged(projector, "cannot apply fact: the projector stops")
+    assert error["seq"] == bad_seq and error["position"] == bad_seq - 1
+    assert "never submitted" in error["reason"]
+    assert file_checksums(db)[0] == bad_seq - 1
