@@ -170,7 +170,7 @@ class Spool:
     def _part(self, kind: str, seq: int):
         """The open file that `seq` continues, or a new one."""
         last = self.parts[-1] if self.parts else None
-        continues = last is not None and last.kind == kind and (
+        continues = self.handle is not None and last.kind == kind and (
             kind == "messages" or seq == last.first + last.count)
         if not continues:
             self.close()

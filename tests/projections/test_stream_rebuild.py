@@ -97,6 +97,20 @@ def test_a_gap_starts_a_new_run_and_odd_messages_are_kept_apart(facts, tmp_path)
     assert list(tmp_path.iterdir()) == []
 
 
+def test_after_close_the_next_facts_start_a_new_run(facts, tmp_path):
+    pairs = [(seq, fact.encode()) for seq, fact in enumerate(facts[:5], 1)]
+    spool = rebuild.Spool(str(tmp_path / "a.duckdb"))
+    spool.add(pairs[:3])
+    spool.close()
+    spool.add(pairs[3:])
+    spool.close()
+    assert [(part.kind, part.first, part.count) for part in spool.parts] == [
+        ("run", 1, 3), ("run", 4, 2)]
+    with store.open(str(tmp_path / "a.duckdb")) as projection:
+        assert spool.apply(projection) == 5 and projection.position() == 5
+    spool.remove()
+
+
 @pytest.mark.parametrize("chunk", [1, 13, 10_000])
 def test_gaps_and_odd_messages_project_as_the_live_path_does(facts, tmp_path, chunk):
     pairs = odd_log(facts)
