@@ -14,7 +14,7 @@ import pytest
 from events.subjects import FACTS_STREAM, fact_subject
 from services.bus import ensure_streams
 from services.client import Bus
-from services.projector.client import wait_for_position
+from services.projector.client import ProjectorError, request, wait_for_position
 from services.settings import Settings
 from tests.integration.helpers import describe_process, generate_workload, logged, offline_facts
 from tests.integration.test_projector_live import (
@@ -55,6 +55,12 @@ async def test_a_large_backlog_is_caught_up_in_bulk_then_followed_live(nats_serv
         assert done["position"] == done["facts"] == len(head)  # it ends on a whole command
         assert done["runs"] == 1 and done["runs_refused"] == 0  # DuckDB read the spool itself
         assert not leftover.parent.exists()  # the spool is gone, and so is what a crash left
+        secret = tmp_path / "secret.txt"  # letting DuckDB read the spool opened nothing else
+        secret.write_text("not for the SQL API")
+        for path in (secret, leftover.parent / ".." / "secret.txt"):
+            with pytest.raises(ProjectorError) as refused:
+                await request(bus.nc, "sql", sql=f"SELECT content FROM read_text('{path}')")
+            assert "disabled by configuration" in str(refused.value)
         last = (await publish_facts(bus.js, tail))[-1]  # then live, batch by batch
         assert await wait_for_position(bus.nc, last, timeout=30) == last
         live = await nats_checksums(bus.nc)
