@@ -10,12 +10,13 @@ See projections/README.md for the tables, the rollup definitions and example que
 
 from projections.queries import QueryError, answer, checksum, utilization
 from projections.rebuild import Rebuilt, rebuild_from_file, rebuild_from_stream
-from projections.errors import FactNotApplicable, ProjectionError, ProjectionLocked, SchemaMismatch
+from projections.errors import (FactNotApplicable, ProjectionError, ProjectionLocked,
+                                SchemaMismatch, SpoolFailed)
 from projections.schema import SCHEMA_VERSION
 from projections.store import ProjectionStore, open  # noqa: A004 (the store's open)
 
 __all__ = [
     "SCHEMA_VERSION", "FactNotApplicable", "ProjectionError", "ProjectionLocked",
-    "ProjectionStore", "QueryError", "Rebuilt", "SchemaMismatch", "answer", "checksum", "open",
-    "rebuild_from_file", "rebuild_from_stream", "utilization",
+    "ProjectionStore", "QueryError", "Rebuilt", "SchemaMismatch", "SpoolFailed", "answer",
+    "checksum", "open", "rebuild_from_file", "rebuild_from_stream", "utilization",
 ]  # fmt: skip

@@ -34,3 +34,9 @@ class FileNotReadable(FactNotApplicable):
     """DuckDB's reader refused a fact file (a line that is not JSON), or numbered its lines
     otherwise than the caller expected; `rebuild_from_stream` then applies those facts one
     message each, so that the error names a stream sequence."""
+
+
+class SpoolFailed(ProjectionError):
+    """The facts read from the stream could not be written beside the projection (a full or
+    read-only disk): a rebuild from the stream fails with it, a projector's bulk catch-up
+    goes on batch by batch instead."""

@@ -23,7 +23,10 @@ import threading
 import time
 from dataclasses import dataclass
 
+import duckdb
+
 from projections import store as store_module
+from projections.errors import SpoolFailed
 
 STEPS = ("reading file", "parsing facts", "checking facts", "allocation_starts",
          "attempt_starts", "attempt_ends", "allocation_ends", "attempt_ends_added",
@@ -154,6 +157,13 @@ class Spool:
                 and b"\r" not in payload)  # fmt: skip
 
     def add(self, chunk: list[tuple[int, bytes]]) -> None:
+        """Write `chunk` (consecutive messages of the log, in order) to the spool."""
+        try:
+            self._add(chunk)
+        except OSError as error:
+            raise SpoolFailed(f"cannot write the spool {self.prefix}*: {error}") from None
+
+    def _add(self, chunk: list[tuple[int, bytes]]) -> None:
         self.facts += len(chunk)
         payloads = [payload for _, payload in chunk]
         if chunk[-1][0] - chunk[0][0] == len(chunk) - 1 and all(map(self.is_line, payloads)):
@@ -179,9 +189,12 @@ class Spool:
         return self.handle
 
     def close(self) -> None:
-        if self.handle is not None:
-            self.handle.close()
-            self.handle = None
+        handle, self.handle = self.handle, None
+        if handle is not None:
+            try:
+                handle.close()  # flushes: a full disk may show only now
+            except OSError as error:
+                raise SpoolFailed(f"cannot write the spool {self.prefix}*: {error}") from None
 
     def apply(self, store, on_step=None) -> int:
         """Project the parts in order, a transaction per run (per 10k odd messages); returns
@@ -217,18 +230,24 @@ class Spool:
                 yield batch
 
     def remove(self) -> None:
-        self.close()
+        try:
+            self.close()
+        except SpoolFailed:
+            pass  # it is being thrown away
         for part in self.parts:
             discard(part.path)
 
 
 def _build(building: str, title: str, progress: bool, apply) -> int:
     """`apply(store, on_step)` on the file being built, under a bar of its steps if asked."""
-    with store_module.open(building) as store:
-        if not progress:
-            return apply(store, None)
-        with _StepBar(store, title) as bar:
-            return apply(store, bar.step)
+    try:
+        with store_module.open(building) as store:
+            if not progress:
+                return apply(store, None)
+            with _StepBar(store, title) as bar:
+                return apply(store, bar.step)
+    except duckdb.IOException as error:  # a full or read-only disk
+        raise store_module.ProjectionError(f"cannot write {building}: {error}") from None
 
 
 class _StepBar:

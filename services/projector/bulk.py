@@ -62,16 +62,21 @@ class BulkMixin:
             return
         log.info("catching up in bulk", position=self.position, until_seq=end,
                  facts=end - self.position)  # fmt: skip
-        os.makedirs(directory)
         spool = Spool(os.path.join(directory, "facts"))
         started = time.perf_counter()
         try:
-            async for chunk in read_log_chunks(self.js, ALL_FACTS, self.position + 1,
-                                               until_seq=end):  # fmt: skip
-                if self._stopping:
-                    return
-                spool.add(chunk)
-            spool.close()
+            try:
+                os.makedirs(directory)
+                async for chunk in read_log_chunks(self.js, ALL_FACTS, self.position + 1,
+                                                   until_seq=end):  # fmt: skip
+                    if self._stopping:
+                        return
+                    spool.add(chunk)
+                spool.close()
+            except (projections.SpoolFailed, OSError) as failure:  # e.g. a full disk
+                log.warning("bulk catch-up cannot spool the backlog; going on batch by batch",
+                            position=self.position, error=str(failure))  # fmt: skip
+                return
             read = time.perf_counter()
             try:
                 spool.apply(self.store)  # synchronous, as a batch

@@ -16,7 +16,13 @@ from services.bus import ensure_streams
 from services.client import Bus
 from services.projector.client import ProjectorError, request, wait_for_position
 from services.settings import Settings
-from tests.integration.helpers import describe_process, generate_workload, logged, offline_facts
+from tests.integration.helpers import (
+    describe_process,
+    eventually,
+    generate_workload,
+    logged,
+    offline_facts,
+)
 from tests.integration.test_projector_live import (
     assert_same_tables,
     file_checksums,
@@ -139,3 +145,36 @@ async def test_a_fact_it_cannot_apply_in_a_bulk_backlog_stops_it_right_before_it
     assert error["seq"] == bad_seq and error["position"] == bad_seq - 1
     assert "never submitted" in error["reason"]
     assert file_checksums(db)[0] == bad_seq - 1
+
+
+async def test_a_backlog_that_cannot_be_spooled_is_caught_up_batch_by_batch(
+        nats_server, tmp_path, monkeypatch):  # fmt: skip
+    """In process, to fill the disk on purpose: the bulk phase gives up, nothing is lost."""
+    from projections import rebuild
+    from services.projector.service import Projector, ProjectorOptions
+
+    tried = []
+
+    def disk_full(self, chunk):
+        tried.append(len(chunk))
+        raise OSError(28, "No space left on device")
+
+    payloads = workload_payloads(seed=8, count=300)
+    db = tmp_path / "full.duckdb"
+    async with Bus(nats_server.url) as bus:
+        await ensure_streams(bus.js, Settings(lease_ttl_s=3.0))
+        last = (await publish_facts(bus.js, payloads))[-1]
+        monkeypatch.setattr(rebuild.Spool, "_add", disk_full)
+        projector = Projector(bus.nc, str(db), ProjectorOptions(bulk_catch_up=100, max_batch=200))
+        stop = asyncio.Event()
+        running = asyncio.create_task(projector.run(stop))
+        await eventually(lambda: asyncio.sleep(0, projector.position == last or running.done()),
+                         30, what="caught up")  # fmt: skip
+        stop.set()
+        await running
+        assert tried, "the bulk phase did not start"
+        assert projector.position == last and projector.batches > 1  # batch by batch
+        assert not (tmp_path / "full.duckdb.catch-up").exists()
+        await write_fact_file(bus.js, tmp_path / "facts.jsonl")
+    expected = rebuilt_checksums(tmp_path / "facts.jsonl", tmp_path / "rebuilt.duckdb")
+    assert_same_tables(file_checksums(db)[1], expected[1], "a backlog that could not be spooled")

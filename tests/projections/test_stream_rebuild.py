@@ -5,12 +5,13 @@ whatever the gaps in the sequences and the shape of the messages."""
 
 from __future__ import annotations
 
+import errno
 import json
 
 import pytest
 
 from events.subjects import FACTS_STREAM, fact_subject
-from projections import FactNotApplicable, queries, rebuild, store
+from projections import FactNotApplicable, SpoolFailed, queries, rebuild, store
 from services.bus import ensure_streams
 from services.scheduler.log import read_log, read_log_chunks
 from services.settings import Settings
@@ -109,6 +110,17 @@ def test_after_close_the_next_facts_start_a_new_run(facts, tmp_path):
     with store.open(str(tmp_path / "a.duckdb")) as projection:
         assert spool.apply(projection) == 5 and projection.position() == 5
     spool.remove()
+
+
+def disk_full(self, chunk):
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def test_a_spool_that_cannot_be_written_says_so(facts, tmp_path, monkeypatch):
+    spool = rebuild.Spool(str(tmp_path / "a.duckdb"))
+    monkeypatch.setattr(rebuild.Spool, "_add", disk_full)
+    with pytest.raises(SpoolFailed, match="cannot write the spool .*No space left on device"):
+        spool.add([(1, facts[0].encode())])
 
 
 @pytest.mark.parametrize("chunk", [1, 13, 10_000])
@@ -236,8 +248,8 @@ async def test_the_cli_rebuilds_from_the_stream_and_names_a_bad_fact(nats_server
     quotasched = str(Path(sys.executable).parent / "quotasched")
 
     def rebuild_command(db: str) -> subprocess.CompletedProcess:
-        return subprocess.run([quotasched, "projections", "rebuild", "--db", db,
-                               "--nats-url", nats_server.url], capture_output=True, text=True)  # fmt: skip
+        command = [quotasched, "projections", "rebuild", "--db", db, "--nats-url", nats_server.url]
+        return subprocess.run(command, capture_output=True, text=True)
 
     nc = await nats.connect(nats_server.url)
     try:
@@ -255,3 +267,26 @@ async def test_the_cli_rebuilds_from_the_stream_and_names_a_bad_fact(nats_server
     assert f"cannot project fact seq {bad[0]} (JobSubmitted): lacks jobId" in failed.stderr
     with store.open(str(tmp_path / "cli.duckdb"), read_only=True) as projection:
         assert projection.position() == len(facts)  # the last good rebuild, untouched
+
+
+@pytest.mark.nats
+async def test_a_rebuild_from_the_stream_on_a_full_disk_fails_cleanly(
+        nats_server, facts, tmp_path, monkeypatch):  # fmt: skip
+    import nats
+
+    target = tmp_path / "kept.duckdb"
+    nc = await nats.connect(nats_server.url)
+    try:
+        js = nc.jetstream()
+        await ensure_streams(js, Settings(nats_url=nats_server.url))
+        await publish(js, [(0, fact.encode()) for fact in facts])
+        await rebuild.rebuild_from_stream(js, str(target))
+        before = checksum_of(target)
+        monkeypatch.setattr(rebuild.Spool, "_add", disk_full)
+        with pytest.raises(SpoolFailed, match="No space left on device"):
+            await rebuild.rebuild_from_stream(js, str(target))
+    finally:
+        await nc.close()
+    assert checksum_of(target) == before
+    left = sorted(path.name for path in tmp_path.iterdir() if "duckdb" in path.name)
+    assert left == ["kept.duckdb"]
