@@ -106,7 +106,7 @@ async def rebuild_from_stream(js, db_path: str, progress: bool = False,
     total = await last_sequence(js, ALL_FACTS)
     spool = Spool(building)
     try:
-        with _FactBar(total, progress, db_path) as bar:
+        with _FactBar(total, progress, f"reading QM_FACTS for {db_path}") as bar:
             async for chunk in read_log_chunks(js, ALL_FACTS, 1, until_seq=total,
                                                chunk_size=chunk_size):  # fmt: skip
                 spool.add(chunk)
@@ -304,7 +304,7 @@ class _FactBar:
             from rich.progress import Progress
 
             self.progress = Progress()
-            self.task = self.progress.add_task(f"rebuilding {self.title}", total=self.total)
+            self.task = self.progress.add_task(self.title, total=self.total)
             self.progress.start()
         return self
 
