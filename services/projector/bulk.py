@@ -27,7 +27,7 @@ import projections
 from events.subjects import FACTS_STREAM
 from projections.rebuild import Spool
 from services import logs
-from services.projector.reading import ends_command
+from services.projector.reading import ends_command, place_in_command
 from services.scheduler.log import ALL_FACTS, read_log_chunks
 
 log = logs.get("quotasched.projector")
@@ -111,13 +111,5 @@ async def command_end(js, last: int, floor: int) -> int:
             continue
         if ends_command(headers):
             return seq
-        index = _index(headers) or 0
-        seq = seq - index - 1
+        seq -= place_in_command(headers)[0] + 1  # where its command began, minus one
     return floor
-
-
-def _index(headers) -> int | None:
-    try:
-        return int(headers["Nats-Msg-Id"].rsplit(":", 1)[1])
-    except (KeyError, IndexError, ValueError, TypeError):
-        return None

@@ -196,16 +196,17 @@ def _last_complete(batch: list) -> int:
 
 
 def ends_command(headers: dict | None) -> bool:
-    """Is this message the last fact of its command?  (Its message id ends in the index of
-    the fact within the command, `Qm-Facts` counts them.)  A message without the scheduler's
+    """Is this message the last fact of its command?  A message without the scheduler's
     headers counts as a whole command."""
-    if not headers:
-        return True
-    count = headers.get("Qm-Facts")
-    msg_id = headers.get("Nats-Msg-Id")
-    if count is None or msg_id is None:
-        return True
+    place = place_in_command(headers)
+    return place is None or place[0] + 1 >= place[1]
+
+
+def place_in_command(headers: dict | None) -> tuple[int, int] | None:
+    """(index of the fact within its command, facts the command produced), from the
+    scheduler's headers: the message id `<partition>:<command seq>:<index>` and `Qm-Facts`;
+    None when they are missing or malformed."""
     try:
-        return int(msg_id.rsplit(":", 1)[1]) + 1 >= int(count)
-    except (IndexError, ValueError):
-        return True
+        return int(headers["Nats-Msg-Id"].rsplit(":", 1)[1]), int(headers["Qm-Facts"])
+    except (KeyError, IndexError, ValueError, TypeError):
+        return None
