@@ -134,16 +134,17 @@ class _Part:
 
 
 class Spool:
-    """The facts read from the stream, in files beside the rebuild: JSON Lines runs that
-    DuckDB's reader numbers exactly, and the odd messages it could not (a line break inside,
-    anything around the JSON object: the live projector stores those as they are, so this must
-    too), kept apart; `apply` projects the parts in sequence order."""
+    """The facts read from the stream, in files `<base>.spool<n>` (beside the rebuild, or in
+    the projector's catch-up directory): JSON Lines runs that DuckDB's reader numbers exactly,
+    and the odd messages it could not (a line break inside, anything around the JSON object:
+    the live projector stores those as they are, so this must too), kept apart; `apply`
+    projects the parts in sequence order."""
 
     HEADER = struct.Struct("<QI")  # seq, payload length
     MESSAGES_PER_BATCH = 10_000
 
-    def __init__(self, building: str):
-        self.prefix = building + ".spool"
+    def __init__(self, base: str):
+        self.prefix = base + ".spool"
         self.parts: list[_Part] = []
         self.handle = None
         self.facts = 0  # added
