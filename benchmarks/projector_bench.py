@@ -25,7 +25,9 @@ sees live; no scheduler runs, so the offered rate is exactly the paced one.
    the projector spent inside `store.apply` (from its `position` answer), and the sustained
    apply rate.  PASS when p99 lag < 1 s at the offered rate.
 2. catch-up: the first projector stopped, a second one started on a fresh file with the N
-   facts already in the stream: how fast it applies a backlog (the rate ceiling).
+   facts already in the stream: how fast it applies a backlog (the rate ceiling; from 100k
+   facts on, `QUOTASCHED_PROJECTOR_BULK_CATCH_UP`, it is spooled and projected in bulk,
+   services/projector/bulk.py, and the figure is mostly the stream's read rate).
 3. the two files (different batch boundaries) must have equal checksums
    (projections.queries.checksum).
 
