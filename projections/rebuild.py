@@ -162,7 +162,7 @@ class Spool:
         try:
             self._add(chunk)
         except OSError as error:
-            raise SpoolFailed(f"cannot write the spool {self.prefix}*: {error}") from None
+            raise self._failed(error) from None
 
     def _add(self, chunk: list[tuple[int, bytes]]) -> None:
         self.facts += len(chunk)
@@ -195,7 +195,10 @@ class Spool:
             try:
                 handle.close()  # flushes: a full disk may show only now
             except OSError as error:
-                raise SpoolFailed(f"cannot write the spool {self.prefix}*: {error}") from None
+                raise self._failed(error) from None
+
+    def _failed(self, error: OSError) -> SpoolFailed:
+        return SpoolFailed(f"cannot write the spool {self.prefix}*: {error}")
 
     def apply(self, store, on_step=None) -> int:
         """Project the parts in order, a transaction per run (per 10k odd messages); returns

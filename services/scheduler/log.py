@@ -66,9 +66,7 @@ async def read_messages(js: JetStreamContext, subject: str = ALL_FACTS, start_se
     async def deliver(msg) -> None:
         await inbox.put(msg)
 
-    config = ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=start_seq)
-    sub = await js.subscribe(subject, cb=deliver, ordered_consumer=True, config=config,
-                             stream=stream, pending_msgs_limit=200_000)  # fmt: skip
+    sub = await _ordered(js, subject, start_seq, deliver, stream)
     try:
         while True:
             msg = await inbox.get()
@@ -112,20 +110,26 @@ async def read_log_chunks(js: JetStreamContext, subject: str = ALL_FACTS, start_
         elif len(pending) >= chunk_size:
             ready.set()
 
-    config = ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=start_seq)
-    sub = await js.subscribe(subject, cb=deliver, ordered_consumer=True, config=config,
-                             stream=FACTS_STREAM, pending_msgs_limit=200_000)  # fmt: skip
+    sub = await _ordered(js, subject, start_seq, deliver, FACTS_STREAM)
     try:
         while True:
             await ready.wait()
             ready.clear()
-            arrived, pending[:] = pending[:], []
+            arrived = pending.copy()
+            pending.clear()
             for start in range(0, len(arrived), chunk_size):  # more may arrive than asked
                 yield arrived[start:start + chunk_size]
-            if finished and not pending:
+            if finished:  # nothing is appended after the end
                 return
     finally:
         await sub.unsubscribe()
+
+
+async def _ordered(js: JetStreamContext, subject: str, start_seq: int, deliver, stream: str):
+    """An ordered consumer on `subject` from `start_seq`, `deliver` called per message."""
+    config = ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=start_seq)
+    return await js.subscribe(subject, cb=deliver, ordered_consumer=True, config=config,
+                              stream=stream, pending_msgs_limit=200_000)  # fmt: skip
 
 
 async def read_commands(js: JetStreamContext, start_seq: int = 1) -> list[tuple[int, str, bytes, float]]:
