@@ -18,6 +18,7 @@ from faststream.nats import NatsBroker
 from services import logs
 from services.auth import broker_options
 from services.bus import connect, ensure_streams
+from services.datadir import DataDirLock
 from services.embedded import EmbeddedServer
 from services.executors.app import build_executor, catch_up
 from services.metrics import MetricsEndpoint, ProjectorPart, SchedulerPart
@@ -42,17 +43,21 @@ class Stack:
                  speed: float = 1.0, scheduler: bool = True, projector_db: str | None = None,
                  projector_required: bool = False, executor_name: str | None = None,
                  executor_state_dir: str | None = None,
-                 executor_job_queue: str | None = None):  # fmt: skip
+                 executor_job_queue: str | None = None,
+                 data_lock: DataDirLock | None = None):  # fmt: skip
         """`projector_db`: run a projector writing that DuckDB file.  If it stops on a fact it
         cannot apply, the rest of the stack runs on (the projection is disposable; the
         scheduler does not depend on it) and `failed` holds the error, unless
-        `projector_required` (`quotasched projector`), which stops the whole stack."""
+        `projector_required` (`quotasched projector`), which stops the whole stack.
+        `data_lock`: the data directory's lock `up` holds; the embedded server inherits it,
+        so the store stays locked while the server lives."""
         self.settings = settings
         self.port = port
         self.executor_kind = executor
         self.executor_name = executor_name
         self.executor_state_dir = executor_state_dir  # its ledger (services/executors/ledger.py)
         self.executor_job_queue = executor_job_queue  # serve that job queue only
+        self.data_lock = data_lock
         self.speed = speed
         self.with_scheduler = scheduler
         self.url = settings.nats_url
@@ -79,10 +84,7 @@ class Stack:
 
     async def _start(self) -> Stack:
         if self.url is None:
-            self.server = EmbeddedServer(self.settings.data_dir, self.port).start()
-            self._exit.callback(self.server.stop)
-            self.url = self.server.url
-            self.settings = self.settings.model_copy(update={"nats_url": self.url})
+            self._start_server()
         nc = self._nc = await connect(self.url, "quotasched-scheduler")
         self._exit.push_async_callback(nc.close)
         await ensure_streams(nc.jetstream(), self.settings)
@@ -106,6 +108,16 @@ class Stack:
             self._exit.push_async_callback(executor.close)  # first: reports while connected
             await executor.recover()
         return self
+
+    def _start_server(self) -> None:
+        lock = self.data_lock
+        self.server = EmbeddedServer(self.settings.data_dir, self.port,
+                                     inherit_fds=[lock.fileno()] if lock else []).start()
+        self._exit.callback(self.server.stop)
+        if lock is not None:
+            lock.record_server(self.server.process.pid)
+        self.url = self.server.url
+        self.settings = self.settings.model_copy(update={"nats_url": self.url})
 
     async def _start_projector(self) -> None:
         # Its own thread and event loop: a batch's apply blocks its loop, not the scheduler's.
@@ -170,13 +182,16 @@ class Stack:
 
 
 async def serve(settings: Settings, *, port: int | None, executor: str, speed: float,
-                announce: Callable[[str], None], projector_db: str | None = None) -> int:  # fmt: skip
+                announce: Callable[[str], None], projector_db: str | None = None,
+                data_lock: DataDirLock | None = None) -> int:  # fmt: skip
     """Run until SIGINT/SIGTERM; the first thing announced is the NATS URL.  Returns the exit
-    status: 1 if the projector stopped on a fact it could not apply, else 0."""
+    status: 1 if the projector stopped on a fact it could not apply, else 0.  `data_lock`:
+    the lock of settings.data_dir, taken by the caller before anything touched it."""
     # The executor's ledger sits beside the streams: `up` again on the same data directory ends
     # the attempts a killed `up` left running (services/executors/ledger.py).
     async with Stack(settings, port=port, executor=executor, speed=speed,
-                     projector_db=projector_db, executor_state_dir=settings.data_dir) as stack:  # fmt: skip
+                     projector_db=projector_db, executor_state_dir=settings.data_dir,
+                     data_lock=data_lock) as stack:  # fmt: skip
         announce(stack.url)
         stop_on_signals(stack.stop)
         await stack.stop.wait()

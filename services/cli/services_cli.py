@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, NoReturn, Optional
 
 import typer
 
@@ -63,32 +63,60 @@ def up(
     all cleanly; starting again on the same --data-dir resumes where it stopped.  The projector
     keeps --db up to date with the fact log and answers queries over NATS (qm.proj.*); while it
     runs, no other process can open that file.
+
+    One --data-dir, one `up`: a second one on the same directory is refused (exit 2).  The
+    embedded server stops with `up`, however `up` stops.  Exit status 2: the data directory or
+    the port cannot be used, or the projector cannot start.
     """
     import asyncio
 
     from services import logs
-    from services.runtime import serve
+    from services.datadir import DataDirError, lock
+    from services.embedded import ServerStartError
 
     if executor not in ("simulated", "process", "none"):
         typer.echo("quotasched up: --executor must be simulated, process or none", err=True)
         raise typer.Exit(2)
-    logs.configure()
-    settings = _settings(nats_url, data_dir=str(data_dir), metrics_port=metrics_port)
-    projector_db = None if no_projector else str(db if db is not None else data_dir / "quotasched.duckdb")
-    try:
-        code = asyncio.run(serve(settings, port=port, executor=executor, speed=speed,
-                                 announce=lambda url: print(url, flush=True),
-                                 projector_db=projector_db))  # fmt: skip
-    except Exception as error:
-        from projections.schema import SchemaMismatch
-        from projections.store import ProjectionError
-        from services.projector.service import ProjectorError
+    try:  # before anything touches the store: no second `up` on it, no traceback for a bad dir
+        held = lock(data_dir, store=nats_url is None)
+    except DataDirError as error:
+        _refuse(error)
+    with held:
+        try:
+            if nats_url is None and port:
+                from services.embedded import check_port_free
 
-        if not isinstance(error, (ProjectorError, ProjectionError, SchemaMismatch)):
-            raise
-        typer.echo(f"quotasched up: the projector cannot start: {error}", err=True)
-        raise typer.Exit(2) from None
+                check_port_free(port)  # before the server opens the store, before any log line
+            from services.runtime import serve
+
+            logs.configure()
+            settings = _settings(nats_url, data_dir=str(data_dir), metrics_port=metrics_port)
+            projector_db = None if no_projector else str(db if db is not None else data_dir / "quotasched.duckdb")
+            code = asyncio.run(serve(settings, port=port, executor=executor, speed=speed,
+                                     announce=lambda url: print(url, flush=True),
+                                     projector_db=projector_db, data_lock=held))  # fmt: skip
+        except ServerStartError as error:
+            _refuse(error)
+        except Exception as error:
+            _refuse_projector(error)
     raise typer.Exit(code)
+
+
+def _refuse(reason: object) -> NoReturn:
+    """`up` cannot start: one line, exit status 2."""
+    typer.echo(f"quotasched up: {reason}", err=True)
+    raise typer.Exit(2) from None
+
+
+def _refuse_projector(error: Exception) -> NoReturn:
+    """The projector's start-up errors are one line; anything else is a bug: re-raised."""
+    from projections.schema import SchemaMismatch
+    from projections.store import ProjectionError
+    from services.projector.service import ProjectorError
+
+    if not isinstance(error, (ProjectorError, ProjectionError, SchemaMismatch)):
+        raise error
+    _refuse(f"the projector cannot start: {error}")
 
 
 def scheduler(
