@@ -1,0 +1,380 @@
+"""`quotasched up` as an operator runs it: one process tree owning one data directory.
+
+Each test starts the real `quotasched up` (and through it the real nats-server) as a
+subprocess on a free port and a temporary data directory, then does what an unlucky operator
+does: a second `up` on the same directory, `kill -9` of `up`, of its process group, a SIGTERM
+while it starts, a port already taken, a data directory that cannot be used.  The promises:
+one data directory has one `up`; the embedded server never outlives `up`; every command the
+bus acknowledged before a kill is decided after a restart; and every start-up error is one
+line naming the path or port and the cause, exit status 2, never a traceback.
+
+Processes are checked through /proc (Linux), without psutil.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from services.client import Bus
+from services.embedded import free_port
+from tests.integration.conftest import QUOTASCHED, Process
+from tests.integration.helpers import (
+    NO_TICKS,
+    eventually,
+    publish_items,
+    read_facts,
+    setup_commands,
+    wait_decided,
+)
+
+pytestmark = [pytest.mark.nats, pytest.mark.slow]
+
+# A short lease: a restart after a kill waits for the dead leader's lease to expire.
+ENV = {**NO_TICKS, "QUOTASCHED_LEASE_TTL_S": "2"}
+ONE_SHOT_TIMEOUT = 60.0  # a generous ceiling for an `up` that must refuse to start
+
+
+# -- processes through /proc ----------------------------------------------------------------
+
+
+def process_state(pid: int) -> str | None:
+    """The state letter of a process (None when it is gone; "Z" a zombie: dead, not reaped)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    return stat.rsplit(")", 1)[1].split()[0]
+
+
+def alive(pid: int) -> bool:
+    return process_state(pid) not in (None, "Z")
+
+
+def nats_servers_of(parent: int) -> list[int]:
+    """The nats-server processes whose parent is `parent`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        comm = stat[stat.index("(") + 1 : stat.rindex(")")]
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        if ppid == parent and comm == "nats-server":
+            found.append(int(entry.name))
+    return found
+
+
+async def server_of(up: Process, servers: set[int]) -> int:
+    """The pid of the nats-server `up` started, once it runs (also added to `servers`, those
+    the test cleans up)."""
+
+    async def started():
+        return nats_servers_of(up.popen.pid)
+
+    pid = (await eventually(started, 30, what=f"{up.args} starting nats-server"))[0]
+    servers.add(pid)
+    return pid
+
+
+async def gone(pid: int, what: str) -> None:
+    """Until `pid` is dead (a generous ceiling: the kernel delivers the parent-death signal at
+    once, the process then needs a moment to exit)."""
+    await eventually(lambda: asyncio.sleep(0, not alive(pid)), 20, what=what)
+
+
+# -- starting `up` --------------------------------------------------------------------------
+
+
+def up_env(**extra: str) -> dict[str, str]:
+    """The environment of `up`: no QUOTASCHED_NATS_URL (it must start its own server)."""
+    env = {key: value for key, value in os.environ.items() if key != "QUOTASCHED_NATS_URL"}
+    return {**env, **ENV, **extra}
+
+
+def up_args(data_dir: Path, port: int, *more: str) -> list[str]:
+    return ["up", "--data-dir", str(data_dir), "--port", str(port), "--executor", "none", *more]
+
+
+@pytest.fixture
+def ups(tmp_path):
+    """ups(data_dir, port, *flags, **env) starts a long-running `up`; at the end every one is
+    stopped, and any nats-server one of them left behind is killed (so a failing test does
+    not leave servers running)."""
+    started: list[Process] = []
+    servers: set[int] = set()
+
+    def start(data_dir: Path, port: int, *more: str, **env: str) -> Process:
+        log = tmp_path / f"up-{len(started)}.log"
+        process = Process(up_args(data_dir, port, *more), up_env(**env), log)
+        started.append(process)
+        return process
+
+    start.servers = servers
+    yield start
+    for process in started:
+        servers.update(nats_servers_of(process.popen.pid))
+        process.stop()
+    for pid in servers:
+        if alive(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+def run_up(*args: str) -> subprocess.CompletedProcess:
+    """A `quotasched up` that is expected to refuse to start: its exit status and output.
+    If it runs on instead, it is killed (with its group) after the ceiling and reported as
+    such (exit status None)."""
+    with subprocess.Popen([QUOTASCHED, *args], env=up_env(), stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, start_new_session=True) as up:
+        try:
+            out, err = up.communicate(timeout=ONE_SHOT_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            server = nats_servers_of(up.pid)
+            os.killpg(up.pid, signal.SIGKILL)
+            for pid in server:
+                os.kill(pid, signal.SIGKILL)
+            out, err = up.communicate()
+            return subprocess.CompletedProcess(up.args, None, out, err + "\n<still running>")
+    return subprocess.CompletedProcess(up.args, up.returncode, out, err)
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess, *expected: str) -> str:
+    """Exit status 2, nothing on stdout (no URL announced), one line on stderr that starts
+    with `quotasched up:` and contains every `expected` text."""
+    detail = f"exit {result.returncode}, stderr:\n{result.stderr}"
+    assert result.returncode == 2, detail
+    assert "Traceback" not in result.stderr, detail
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, detail
+    assert lines[0].startswith("quotasched up: "), detail
+    for text in expected:
+        assert text in lines[0], detail
+    assert result.stdout == "", f"announced {result.stdout!r} although it did not start"
+    return lines[0]
+
+
+async def announced(up: Process, port: int) -> str:
+    url = f"nats://127.0.0.1:{port}"
+
+    async def printed():
+        if up.popen.poll() is not None:
+            raise AssertionError(f"{up.args} exited with {up.popen.returncode}: {up.output()}")
+        return url in up.output()
+
+    await eventually(printed, 60, what=f"{up.args} announcing {url}")
+    return url
+
+
+async def decide(url: str, items) -> list[int]:
+    """Publish `items` through `url` (each one acknowledged by the bus) and wait until the
+    last one is decided; returns their command sequences."""
+    async with Bus(url) as bus:
+        seqs = await publish_items(bus, items)
+        await wait_decided(bus.js, seqs[-1], timeout=60)
+    return seqs
+
+
+# -- one data dir, one `up` -----------------------------------------------------------------
+
+
+async def test_a_second_up_on_the_same_data_dir_is_refused_naming_the_first_ones_pid(
+    tmp_path, ups
+):  # fmt: skip
+    """The second `up` (another port, with and without the projector) never starts a
+    server on the same store: it exits 2 with one line naming the first one's pid, and the
+    first one goes on deciding what it is sent."""
+    data_dir, port = tmp_path / "data", free_port()
+    first = ups(data_dir, port)
+    url = await announced(first, port)
+    for flags in ((), ("--no-projector",)):
+        result = run_up(*up_args(data_dir, free_port(), *flags))
+        line = assert_one_line_error(result, str(data_dir), f"pid {first.popen.pid}")
+        assert "in use" in line
+    assert first.popen.poll() is None, "the first up stopped"
+    assert nats_servers_of(first.popen.pid), "the first up lost its server"
+    seqs = await decide(url, setup_commands("second"))
+    async with Bus(url) as bus:
+        decided = {fact["commandSeq"] for fact in await read_facts(bus.js)}
+    assert set(seqs) <= decided
+    assert first.stop() == 0
+
+
+# -- the embedded server dies with `up` ------------------------------------------------------
+
+
+async def test_sigkill_of_up_kills_its_server_and_a_restart_on_the_same_dir_and_port_decides_every_acknowledged_command(
+    tmp_path, ups
+):  # fmt: skip
+    """`kill -9` of `up` alone (not its group): its nats-server dies with it.  A new `up` on
+    the same directory and port (the dead one's lock file still there) starts, keeps the old
+    streams, and decides every command the bus acknowledged before the kill, including those
+    published right before it."""
+    data_dir, port = tmp_path / "data", free_port()
+    first = ups(data_dir, port, "--no-projector")
+    url = await announced(first, port)
+    server = await server_of(first, ups.servers)
+    before = await decide(url, setup_commands("kq"))
+    async with Bus(url) as bus:  # acknowledged, maybe not decided yet when the kill lands
+        acked = await publish_items(bus, setup_commands("kr"))
+    os.kill(first.popen.pid, signal.SIGKILL)
+    first.popen.wait()
+    await gone(server, f"nats-server {server} after kill -9 of up")
+    assert (data_dir / "up.lock").exists()
+
+    second = ups(data_dir, port, "--no-projector")
+    await announced(second, port)
+    async with Bus(url) as bus:
+        await wait_decided(bus.js, acked[-1], timeout=60)
+        decided = {fact["commandSeq"] for fact in await read_facts(bus.js)}
+    assert set(before + acked) <= decided, "an acknowledged command was never decided"
+    assert second.stop() == 0
+    assert not nats_servers_of(second.popen.pid)
+
+
+async def test_sigkill_of_the_process_group_of_up_leaves_no_server_and_up_restarts(
+    tmp_path, ups
+):  # fmt: skip
+    """`kill -9 -<pgid>` (what a supervisor does): the server, in its own session, dies too;
+    `up` starts again on the same directory and port, with the projector this time."""
+    data_dir, port = tmp_path / "data", free_port()
+    first = ups(data_dir, port)
+    url = await announced(first, port)
+    server = await server_of(first, ups.servers)
+    seqs = await decide(url, setup_commands("gq"))
+    first.kill()
+    await gone(server, f"nats-server {server} after kill -9 of up's process group")
+
+    second = ups(data_dir, port)
+    await announced(second, port)
+    async with Bus(url) as bus:
+        decided = {fact["commandSeq"] for fact in await read_facts(bus.js)}
+    assert set(seqs) <= decided
+    assert second.stop() == 0
+
+
+async def test_sigterm_while_up_starts_leaves_no_server(tmp_path, ups):
+    """A SIGTERM after `up` started its server but before it announced its URL (it is
+    waiting for the lease a killed `up` left behind) ends `up` and its server."""
+    data_dir, port = tmp_path / "data", free_port()
+    slow = {"QUOTASCHED_LEASE_TTL_S": "30"}  # the bucket keeps a dead leader's lease 30 s
+    first = ups(data_dir, port, "--no-projector", **slow)
+    await announced(first, port)
+    first_server = await server_of(first, ups.servers)
+    os.kill(first.popen.pid, signal.SIGKILL)
+    first.popen.wait()
+    if alive(first_server):  # the other tests prove it dies by itself; this one needs it gone
+        os.kill(first_server, signal.SIGKILL)
+    await gone(first_server, f"the first nats-server {first_server}")
+    second = ups(data_dir, port, "--no-projector", **slow)
+    server = await server_of(second, ups.servers)
+    assert "nats://" not in second.output(), "up had already started"
+    second.popen.send_signal(signal.SIGTERM)
+    second.popen.wait(30)
+    await gone(server, f"nats-server {server} after SIGTERM of up during start-up")
+
+
+# -- a port in use is an error, never a silent join ------------------------------------------
+
+
+def test_a_port_held_by_a_plain_listener_is_a_one_line_error(tmp_path):
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        result = run_up(*up_args(tmp_path / "data", port, "--no-projector"))
+    assert_one_line_error(result, f"port {port} on 127.0.0.1 is already in use")
+    assert not (tmp_path / "data" / "jetstream").exists(), "the store was opened"
+
+
+async def test_a_port_held_by_another_up_is_a_one_line_error_and_not_a_standby(tmp_path, ups):
+    port = free_port()
+    first = ups(tmp_path / "first", port, "--no-projector")
+    await announced(first, port)
+    result = run_up(*up_args(tmp_path / "second", port, "--no-projector"))
+    assert_one_line_error(result, f"port {port} on 127.0.0.1 is already in use")
+    assert first.popen.poll() is None
+    assert first.stop() == 0
+
+
+# -- a data dir that cannot be used: one line naming it ----------------------------------------
+
+
+def test_a_data_dir_that_is_a_file_is_a_one_line_error(tmp_path):
+    data_dir = tmp_path / "data"
+    data_dir.write_text("not a directory")
+    result = run_up(*up_args(data_dir, free_port()))
+    assert_one_line_error(result, str(data_dir), "not a directory")
+
+
+def test_a_data_dir_below_a_file_is_a_one_line_error(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    result = run_up(*up_args(blocker / "data", free_port()))
+    assert_one_line_error(result, str(blocker / "data"), f"{blocker} is a file")
+
+
+def test_a_jetstream_that_is_a_file_is_a_one_line_error(tmp_path):
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    (data_dir / "jetstream").write_text("not a directory")
+    result = run_up(*up_args(data_dir, free_port(), "--no-projector"))
+    assert_one_line_error(result, str(data_dir / "jetstream"), "not a directory")
+
+
+def read_only_mounts_possible(tmp_path: Path) -> str | None:
+    """Why a read-only bind mount in a private mount namespace cannot be made here, if not."""
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    done = subprocess.run(["unshare", "-m", "sh", "-c", read_only(probe, f"touch '{probe}/x'")],
+                          capture_output=True, text=True)  # fmt: skip
+    if "Read-only file system" in done.stderr:
+        return None
+    return f"no read-only bind mount (unshare -m) here: {done.stderr.strip() or done.returncode}"
+
+
+def read_only(path: Path, command: str) -> str:
+    """A shell line: make `path` a read-only bind mount (in this private namespace), then run
+    `command` (root ignores permission bits; a read-only mount stops it as well)."""
+    return (f"mount --bind '{path}' '{path}' && mount -o remount,ro,bind '{path}' && "
+            f"exec {command}")  # fmt: skip
+
+
+def run_up_read_only(path: Path, *args: str) -> subprocess.CompletedProcess:
+    command = " ".join(f"'{arg}'" for arg in (QUOTASCHED, *args))
+    done = subprocess.run(["unshare", "-m", "sh", "-c", read_only(path, command)],
+                          env=up_env(), capture_output=True, text=True,
+                          timeout=ONE_SHOT_TIMEOUT)  # fmt: skip
+    return done
+
+
+def test_a_read_only_data_dir_is_a_one_line_error(tmp_path):
+    reason = read_only_mounts_possible(tmp_path)
+    if reason:
+        pytest.skip(reason)
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    result = run_up_read_only(data_dir, *up_args(data_dir, free_port()))
+    assert_one_line_error(result, str(data_dir), "Read-only file system")
+
+
+async def test_a_read_only_jetstream_dir_is_a_one_line_error(tmp_path, ups):
+    """The store of an earlier run, now on a read-only mount (the data dir itself writable)."""
+    reason = read_only_mounts_possible(tmp_path)
+    if reason:
+        pytest.skip(reason)
+    data_dir, port = tmp_path / "data", free_port()
+    first = ups(data_dir, port, "--no-projector")
+    await announced(first, port)
+    assert first.stop() == 0
+    store = data_dir / "jetstream"
+    result = run_up_read_only(store, *up_args(data_dir, port, "--no-projector"))
+    assert_one_line_error(result, str(store), "Read-only file system")
