@@ -136,13 +136,66 @@ ATOMIC_BATCH_LIMIT = 1000  # nats-server refuses larger atomic batches (err_code
 ONE_BY_ONE = 16
 
 
-class AppendRefused(Exception):
-    """The fact log refused an append: another writer appended first (fencing) or an id was
-    a duplicate.  The writer must not go on from its in-memory state."""
+# Why an append did not land, as the writer acts on it (and the metrics count it).
+FENCE = "fence"  # another writer appended first, or a stale leader woke up: step down
+DISK_FULL = "disk_full"  # the server's store is full (or cannot write): wait, retry, say so
+COMMAND = "command"  # the server refuses these very messages (size, headers): refuse the command
+UNAVAILABLE = "unavailable"  # no answer, no leader for the stream: step down and retry
 
-    def __init__(self, code: int, description: str):
+FENCE_CODES = frozenset({10071, 10164})  # wrong last sequence (with and without the number)
+# 10023 insufficient resources (the server's max_file_store reached), 10047 insufficient
+# storage resources, 10028 insufficient memory resources, 10002 the account's limits
+STORAGE_CODES = frozenset({10023, 10047, 10028, 10002})
+_STORAGE_WORDS = ("no space left", "insufficient", "resources exceeded", "resource limits",
+                  "maximum bytes exceeded", "disk full", "quota exceeded")  # fmt: skip
+_MESSAGE_WORDS = ("too large", "exceeds maximum", "maximum payload", "header")
+
+
+def refusal_cause(code: int, description: str, status: int = 0) -> str:
+    """The writer's reading of a JetStream error: FENCE, DISK_FULL, COMMAND or UNAVAILABLE.
+
+    nats-server answers a store refusal with an API error whose `code` is HTTP-like: a 400 is
+    about the message itself (size, headers) unless it is the fence; a 5xx or 404 is about
+    the server (no stream leader, store failure), where a later try may land.  A full store
+    is recognised by its codes and, as a fallback, by its words ("no space left on device"
+    inside a 10077 "store failed")."""
+    words = description.lower()
+    if code in FENCE_CODES or "wrong last sequence" in words:
+        return FENCE
+    if code in STORAGE_CODES or any(word in words for word in _STORAGE_WORDS):
+        return DISK_FULL
+    if any(word in words for word in _MESSAGE_WORDS):
+        return COMMAND
+    if status >= 500 or status == 404 or "unavailable" in words or "not found" in words:
+        return UNAVAILABLE
+    return COMMAND
+
+
+class AppendRefused(Exception):
+    """The fact log refused an append: another writer appended first (fencing), the store is
+    full, or the server refuses the message itself.  `cause` says which (`refusal_cause`).
+    The writer must not go on from its in-memory state."""
+
+    def __init__(self, code: int, description: str, status: int = 0):
         super().__init__(f"{code}: {description}")
         self.code = code
+        self.description = description
+        self.status = status
+        self.cause = refusal_cause(code, description, status)
+
+
+# Headers the appender adds to a fact message (fence, atomic batch) on top of the writer's
+# own: a fact must fit the bus with this much room to spare.
+APPENDER_HEADER_ROOM = 256
+
+
+def message_size(payload: bytes, headers: dict[str, str]) -> int:
+    """Bytes a message takes against the server's max_payload: payload plus its encoded
+    headers (`NATS/1.0` line, one `key: value` line each, blank line).  nats-py checks only
+    the payload; a message over the limit with its headers makes the server close the
+    connection ("Maximum Payload Violation"), so the writer checks the whole."""
+    head = 12 + sum(len(key) + len(value) + 4 for key, value in headers.items())
+    return len(payload) + head + APPENDER_HEADER_ROOM
 
 
 class FactAppender:
@@ -300,9 +353,36 @@ class FactAppender:
             return
         error = answer.get("error")
         if error:
-            future.set_exception(AppendRefused(error.get("err_code", 0), error.get("description", "")))
+            future.set_exception(refused(error))
         else:
             future.set_result(answer["seq"])
+
+    async def probe(self, message: tuple[str, bytes, dict[str, str]], after: int,
+                    timeout: float) -> int:  # fmt: skip
+        """Append one message alone, fenced on `after`, and wait for its answer: its stream
+        sequence, or AppendRefused with the server's own reason, or TimeoutError when the
+        server answers nothing (nats-server drops a message it failed to write without a
+        reply).  The pipeline asks for an ack only on its last message, so when an earlier one
+        was refused the last one reports just "wrong last sequence"; this finds out why."""
+        subject, payload, headers = message
+        headers = {key: value for key, value in headers.items()
+                   if not key.startswith("Nats-Batch-")}  # fmt: skip
+        headers["Nats-Expected-Last-Subject-Sequence"] = str(after)
+        headers["Nats-Expected-Last-Subject-Sequence-Subject"] = self.subject_filter
+        reply = await self.nc.request(subject, payload, timeout=timeout, headers=headers)
+        try:
+            answer = json.loads(reply.data)
+        except ValueError:
+            raise AppendRefused(0, f"unreadable ack {reply.data[:200]!r}") from None
+        if answer.get("error"):
+            raise refused(answer["error"])
+        return answer["seq"]
+
+
+def refused(error: dict) -> AppendRefused:
+    """AppendRefused from a JetStream API error object (`code`, `err_code`, `description`)."""
+    return AppendRefused(error.get("err_code", 0), error.get("description", ""),
+                         error.get("code", 0))  # fmt: skip
 
 
 async def last_sequence(js: JetStreamContext, subject_filter: str, stream: str = FACTS_STREAM) -> int:
