@@ -34,15 +34,18 @@ class Lease:
         self.holder = holder or f"scheduler-{uuid.uuid4().hex[:12]}"
         self.revision: int | None = None
         self.valid_until = 0.0
+        self.last_error: Exception | None = None  # of the last acquire that failed
 
     async def acquire(self) -> bool:
         """Take the lease if nobody holds it; False also when the bucket does not answer (a
         cluster electing a new leader for it, a reconnect): the caller tries again later."""
         started = time.monotonic()
+        self.last_error = None
         try:
             kv = await self.js.key_value(LEASES_BUCKET)
             self.revision = await kv.create(self.key, self.holder.encode())
-        except (KeyWrongLastSequenceError, APIError, *UNANSWERED):
+        except (KeyWrongLastSequenceError, APIError, *UNANSWERED) as error:
+            self.last_error = error  # why, for the scheduler to tell a full disk apart
             return False
         self.valid_until = started + self.ttl_s * 0.75
         return True

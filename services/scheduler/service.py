@@ -19,11 +19,11 @@ import time
 
 from nats.aio.client import Client
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
-from nats.js.errors import NotFoundError
+from nats.js.errors import APIError, KeyWrongLastSequenceError, NotFoundError
 
-from events.subjects import ANY, API_PREFIX, COMMANDS_STREAM
+from events.subjects import ANY, API_PREFIX, COMMANDS_STREAM, FACTS_STREAM
 from services import logs
-from services.bus import FactAppender, ensure_streams
+from services.bus import DISK_FULL, FactAppender, ensure_streams, refusal_cause
 from services.metrics import WriterStats
 from services.scheduler import core
 from services.scheduler.api import answer_in
@@ -33,7 +33,7 @@ from services.scheduler.members import Members
 from services.scheduler.mode import claim_mode
 from services.scheduler.partition import Partition
 from services.scheduler.waits import sleep_or
-from services.scheduler.writer import SteppedDown, Writer
+from services.scheduler.writer import SteppedDown, Writer, WriterHealth
 from services.settings import Settings
 
 log = logs.get("quotasched.scheduler")
@@ -56,6 +56,7 @@ class Scheduler(Writer):
         self.facts_appended = 0
         self.term: int | None = None  # the lease revision this instance's last term began with
         self.stats = WriterStats()  # per-batch counts for the metrics endpoint
+        self.health = WriterHealth()  # a full store, commands the log refused: across terms
         self._warm: Recovered | None = None  # the log followed so far while not leading
         self._snapshotting: asyncio.Task | None = None  # a snapshot being stored
         self._since_snapshot = 0
@@ -86,6 +87,7 @@ class Scheduler(Writer):
             if self.members is not None and not self.members.may_take(self.partition):
                 await sleep_or(stop, self.settings.lease_ttl_s / 4)  # just handed it over
             elif await self.lease.acquire():
+                self.health.landed(self.partition)  # the lease was stored: the store writes
                 self.term = self.lease.revision
                 log.info("leading", partition=self.partition, holder=self.lease.holder,
                          core="compiled" if core.COMPILED else "interpreted")
@@ -104,10 +106,33 @@ class Scheduler(Writer):
                     if self.members is not None:
                         self.members.leading.discard(self.partition)
                 await self.lease.release()
-                if not stop.is_set():
-                    await sleep_or(stop, self.settings.lease_ttl_s / 4)
+                if not stop.is_set():  # while the disk is full, try less often
+                    full = self.health.storage_full is not None
+                    await sleep_or(stop, self.settings.lease_ttl_s / (1 if full else 4))
             else:
+                await self._lease_not_taken()
                 await sleep_or(stop, self.settings.lease_ttl_s / 4)
+
+    async def _lease_not_taken(self) -> None:
+        """The lease could not be taken: usually another instance holds it, but on a full
+        disk the lease bucket refuses the write (an error naming the store, or no answer at
+        all while nobody holds the lease), and that must be said, not retried in silence."""
+        error = self.lease.last_error
+        if error is None or isinstance(error, KeyWrongLastSequenceError):
+            return  # someone holds it
+        if isinstance(error, APIError):
+            text = f"{error.err_code}: {error.description}"
+            if refusal_cause(error.err_code or 0, error.description or "") == DISK_FULL:
+                self.health.full(self.partition, f"the lease bucket refused a write ({text})")
+            return
+        try:  # no answer: full, if the server answers reads and nobody holds the lease
+            holder = await asyncio.wait_for(self.lease.holder_now(), 2.0)
+            await asyncio.wait_for(self.js.stream_info(FACTS_STREAM), 2.0)
+        except Exception:
+            return  # the server does not answer: unavailable, not full
+        if holder is None:
+            self.health.full(self.partition, "the lease bucket answers reads but stored nothing "
+                             "and sent no answer to a write (nats-server's store write error)")
 
     async def _lead(self, stop: asyncio.Event) -> None:
         recovered = await self._recover_term()
@@ -182,8 +207,15 @@ class Scheduler(Writer):
             await sleep_or(stop, self.settings.lease_ttl_s / 4)
             if stop.is_set():
                 return
-            if not await self.lease.renew():
-                raise SteppedDown("lease lost to another instance")
+            try:
+                renewed = await self.lease.renew()
+            except Exception as error:  # the bucket did not answer (e.g. its store failed)
+                raise SteppedDown(f"lease not renewed: the lease bucket did not answer "
+                                  f"({type(error).__name__})") from None  # fmt: skip
+            if not renewed:
+                full = self.health.storage_full
+                raise SteppedDown("lease not renewed" + (f" (disk full: {full})" if full else
+                                  ": lost to another instance, or the bucket refused it"))
             if self.members is not None and self.members.should_hand_over(self.partition):
                 self._handing_over = True
                 return

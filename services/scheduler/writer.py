@@ -11,6 +11,14 @@ The next batch is decided while the previous one is being stored, so the state m
 two batches ahead of the log; if an append is refused (a newer leader exists) or its outcome
 is unknown, the writer raises SteppedDown and the service drops its state (service.py).
 
+A batch that fails to land is diagnosed before stepping down (`_diagnose`): only the last
+message of a pipelined append asks for an answer, so "wrong last sequence" there often means
+an earlier message of ours was refused or, on a full disk, silently dropped.  The first
+message not stored is tried alone, and its answer says which: a fence (another writer), a
+full store ("disk full": logged, counted, /healthz unhealthy until an append lands again),
+the server unavailable, or the message itself refused.  A command whose facts the bus cannot
+carry is recorded as refused (refusals.py) instead of being retried forever.
+
 `Writer` is a part of `Scheduler` (service.py), which holds the attributes it uses.
 """
 
@@ -18,17 +26,40 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter
 from dataclasses import dataclass
 
+import nats.errors
+from nats.js.errors import NotFoundError
+
 from events.codec import encode_bytes
-from events.subjects import parse_command_subject
+from events.subjects import FACTS_STREAM, parse_command_subject
 from services import logs
-from services.bus import AppendRefused, FactAppender
+from services.bus import (
+    COMMAND,
+    DISK_FULL,
+    FENCE,
+    UNAVAILABLE,
+    AppendRefused,
+    FactAppender,
+    message_size,
+)
 from services.scheduler.core import catch_up_clock
 from services.scheduler.log import capture_snapshot, save_snapshot, sequence_and_time
+from services.scheduler.refusals import refuse_message
 from services.scheduler.routing import decide_message, fact_subject_of
 
 log = logs.get("quotasched.scheduler")
+
+# Tries of a command whose facts the server refuses before it is recorded as refused.
+REFUSALS_BEFORE_REJECT = 3
+DISK_FULL_LOG_EVERY_S = 60.0  # while the disk stays full, the error is repeated this often
+DISK_FULL_REMEDY = ("free space on the nats-server's JetStream store (or raise its "
+                    "max_file_store); a stream that hit a write error stays failed until "
+                    "nats-server restarts; see docs/operations.md, 'Disk full'")  # fmt: skip
+
+
+PROBE_TIMEOUT_S = 2.0  # reading the log's end while diagnosing a failed append
 
 
 class SteppedDown(Exception):
@@ -46,6 +77,36 @@ class InFlight:
     out: list  # the appended (subject, payload, headers), counted once stored
 
 
+class WriterHealth:
+    """What the writer knows about the fact log's store, for /healthz and the metrics; kept
+    by the `Scheduler` across terms (a term ends on every failed append)."""
+
+    def __init__(self) -> None:
+        self.storage_full: str | None = None  # why, while appends fail for a full store
+        self.full_since = 0.0
+        self._logged_at = 0.0
+        self.refusal_tries: Counter = Counter()  # command seq -> tries the server refused
+        self.log_refusals: dict[int, str] = {}  # command seq -> cause: record it as refused
+
+    def full(self, partition: str, detail: str) -> None:
+        """Say plainly, and again every minute while it lasts, that the disk is full."""
+        now = time.monotonic()
+        if self.storage_full is None:
+            self.full_since = now
+        if self.storage_full is None or now - self._logged_at >= DISK_FULL_LOG_EVERY_S:
+            log.error("disk full: the fact log cannot store the scheduler's facts; commands "
+                      "wait, nothing acknowledged is lost", partition=partition, cause=detail,
+                      remedy=DISK_FULL_REMEDY)  # fmt: skip
+            self._logged_at = now
+        self.storage_full = detail
+
+    def landed(self, partition: str) -> None:
+        if self.storage_full is not None:
+            log.info("disk space back: facts are stored again", partition=partition,
+                     seconds_full=round(time.monotonic() - self.full_since, 1))  # fmt: skip
+            self.storage_full = None
+
+
 class Writer:
     """The term's write loop and everything it does per batch (a part of `Scheduler`)."""
 
@@ -53,6 +114,8 @@ class Writer:
                      appender: FactAppender) -> None:  # fmt: skip
         """The term's batches, pipelined: decide one while the one before is being stored."""
         inflight: InFlight | None = None
+        self._appender = appender
+        self._log_end = self.recovered.log_end  # where the next batch's facts must follow
         while not stop.is_set():
             if self._handing_over:  # to another process: land what is in flight, then go
                 if inflight is not None:
@@ -120,7 +183,11 @@ class Writer:
                 if seq == recovered.decided_through:
                     catch_up_clock(state, msg.data, stamp)  # the clock it left, not just its facts
                 continue  # in the state already (recorded, or decided without a fact of ours)
-            facts = decide_message(state, msg.subject, msg.data, seq, stamp)
+            refusal = self.health.log_refusals.get(seq)
+            if refusal is not None:  # the log refused its facts before: record the refusal
+                facts = refuse_message(state, msg.subject, msg.data, seq, refusal)
+            else:
+                facts = decide_message(state, msg.subject, msg.data, seq, stamp)
             recovered.commands_through = seq
             route = parse_command_subject(msg.subject)[:2]
             subjects = [fact_subject_of(state, fact, route) for fact in facts]
@@ -134,6 +201,7 @@ class Writer:
                 if index < skip:
                     continue
                 headers = {"Nats-Msg-Id": f"{self.partition}:{seq}:{index}", "Qm-Facts": count}
+                self._check_fits(seq, msg.subject, facts[index].kind, payload, headers)
                 out.append((subject, payload, headers))
             if facts:
                 decided = seq
@@ -145,6 +213,31 @@ class Writer:
                              subject=msg.subject, reason=facts[0].status_reason)  # fmt: skip
         self.commands_decided += len(batch)
         return out, decided
+
+    def _check_fits(self, seq: int, subject: str, kind: str, payload: bytes,
+                    headers: dict[str, str]) -> None:  # fmt: skip
+        """Refuse, at once, a command one of whose facts the bus cannot carry.
+
+        Sending it would fail the same way every time (nats-py refuses a payload over the
+        server's max_payload; with its headers over it, the server drops the connection): so
+        the command is marked to be recorded as refused, and this term ends, because the state
+        already holds its decision; the next term rebuilds from the log and refuses it."""
+        limit = min(self.nc.max_payload, self.settings.streams.max_msg_size)
+        size = message_size(payload, headers)
+        if size <= limit:
+            return
+        cause = (f"its {kind} fact needs {size} bytes on the bus with its headers, over the "
+                 f"limit of {limit} bytes: the server's max_payload {self.nc.max_payload}, the "
+                 f"fact stream's max_msg_size {self.settings.streams.max_msg_size}")  # fmt: skip
+        self._refuse_later(seq, subject, cause)
+        raise SteppedDown(f"command {seq} cannot be recorded ({cause}); it will be refused")
+
+    def _refuse_later(self, seq: int, subject: str, cause: str) -> None:
+        """Mark command `seq` to be recorded as refused by the next term, loudly."""
+        self.health.log_refusals[seq] = cause
+        log.error("command refused by the fact log: it will be recorded as CommandRejected "
+                  "and the scheduler moves on", partition=self.partition, stream_seq=seq,
+                  subject=subject, cause=cause)  # fmt: skip
 
     def _already_logged(self, seq: int, encoded: list[bytes]) -> int:
         """How many leading facts of command `seq` a dead leader already appended."""
@@ -164,10 +257,11 @@ class Writer:
                 await asyncio.wait_for(asyncio.gather(*inflight.futures),
                                        self.settings.publish_timeout_s)  # fmt: skip
             except AppendRefused as refused:
-                raise SteppedDown(f"fact log refused the append ({refused})") from None
+                await self._failed(inflight, f"fact log refused the append ({refused})")
             except (asyncio.TimeoutError, TimeoutError):
-                raise SteppedDown("append outcome unknown (timeout)") from None
-            self.recovered.fact_seq = inflight.futures[-1].result()
+                await self._failed(inflight, "append outcome unknown (timeout)")
+            self.recovered.fact_seq = self._log_end = inflight.futures[-1].result()
+            self.health.landed(self.partition)
         await inflight.last_message.ack()
         self._durable_through = inflight.decided_through
         self.facts_appended += inflight.facts
@@ -179,6 +273,69 @@ class Writer:
             capture = capture_snapshot(self.recovered)  # now: the state equals the log
             self._snapshotting = asyncio.create_task(
                 self._snapshot(self.recovered.fact_seq, capture, started))
+
+    async def _failed(self, inflight: InFlight, failure: str) -> None:
+        """A batch did not land: find out why, act on it, and end the term (SteppedDown)."""
+        cause, detail, seq = await self._diagnose(inflight)
+        self.stats.append_failed(cause)
+        if cause == DISK_FULL:
+            self.health.full(self.partition, detail)
+            raise SteppedDown(f"disk full: {detail}")
+        if cause == COMMAND and seq is not None:
+            tries = self.health.refusal_tries[seq] = self.health.refusal_tries[seq] + 1
+            log.error("the fact log refuses a command's facts", partition=self.partition,
+                      stream_seq=seq, tries=tries, cause=detail)  # fmt: skip
+            if tries >= REFUSALS_BEFORE_REJECT:
+                self._refuse_later(seq, "", detail)
+        raise SteppedDown(f"{failure}; diagnosed: {cause}: {detail}")
+
+    async def _diagnose(self, inflight: InFlight) -> tuple[str, str, int | None]:
+        """(cause, detail, command seq or None) of a batch that did not land.
+
+        Reads where the log ends: if another writer appended there, it is a fence.  Else the
+        first of our messages not stored is appended alone, fenced where the log ends, and
+        the server's answer to it is the cause.  No answer while the server answers reads is
+        nats-server's way of failing a write to its store: a full disk, nearly always."""
+        if not self.lease.valid():
+            return FENCE, "the lease ran out before the diagnosis", None
+        try:
+            last = await asyncio.wait_for(
+                self.js.get_last_msg(FACTS_STREAM, self.scope.fact_filter), PROBE_TIMEOUT_S)
+            end, last_id = last.seq, (last.headers or {}).get("Nats-Msg-Id")
+        except NotFoundError:
+            end, last_id = 0, None
+        except Exception as error:  # no leader for the stream, a lost connection
+            return UNAVAILABLE, f"the log's end could not be read ({error!r})", None
+        ids = [headers["Nats-Msg-Id"] for _, _, headers in inflight.out]
+        if last_id in ids:
+            first = ids.index(last_id) + 1
+        elif end == self._log_end:
+            first = 0
+        else:
+            return FENCE, f"the log ends at {end}, which this writer did not append", None
+        if first >= len(ids):
+            return UNAVAILABLE, "every fact was stored after all; the answer was lost", None
+        seq = int(ids[first].split(":")[1])
+        try:
+            await self._appender.probe(inflight.out[first], end, self.settings.publish_timeout_s)
+        except AppendRefused as refused:
+            return refused.cause, f"the server answered {refused}", seq
+        except (asyncio.TimeoutError, TimeoutError, nats.errors.TimeoutError):
+            if await self._answers_reads():
+                return DISK_FULL, ("the server answers reads but stored nothing and sent no "
+                                   "answer to a write, which nats-server does after a write "
+                                   "error on its store (no space left on device)"), seq  # fmt: skip
+            return UNAVAILABLE, "the server does not answer", seq
+        except nats.errors.Error as error:
+            return UNAVAILABLE, f"the probe failed ({error!r})", seq
+        return UNAVAILABLE, "the fact was stored when sent alone (a passing failure)", seq
+
+    async def _answers_reads(self) -> bool:
+        try:
+            await asyncio.wait_for(self.js.stream_info(FACTS_STREAM), PROBE_TIMEOUT_S)
+        except Exception:
+            return False
+        return True
 
     async def _snapshot(self, fact_seq: int, capture, started: float) -> None:
         """Store a captured snapshot while the writer goes on."""
