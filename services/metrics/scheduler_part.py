@@ -70,7 +70,18 @@ class SchedulerPart:
         appended = CounterMetricFamily("quotasched_scheduler_facts_appended",
                                        "Facts this instance appended and saw stored.",
                                        value=scheduler.facts_appended)  # fmt: skip
-        out = [leader, term, decided, appended, *scheduler.stats.families()]
+        health = getattr(scheduler, "health", None)
+        full = GaugeMetricFamily(
+            "quotasched_scheduler_storage_full",
+            "1 while the fact log's store refuses this instance's appends for lack of space "
+            "(disk full), else 0; back to 0 once an append lands.")  # fmt: skip
+        full.add_metric([], 1 if health is not None and health.storage_full else 0)
+        refused = CounterMetricFamily(
+            "quotasched_scheduler_commands_refused_by_log",
+            "Commands recorded as CommandRejected because the fact log refused their facts "
+            "(too large for the bus, or refused by the server on every try).",
+            value=len(health.log_refusals) if health is not None else 0)  # fmt: skip
+        out = [leader, term, decided, appended, full, refused, *scheduler.stats.families()]
         recovered = scheduler.recovered
         # A standby follows the log (`_warm`): how far tells how ready it is to take over.
         folded = recovered if leading else getattr(scheduler, "_warm", None)
@@ -104,9 +115,13 @@ class SchedulerPart:
         leading = scheduler.leading.is_set()
         recovered = scheduler.recovered
         connected = bool(scheduler.nc.is_connected)
-        return connected, {
+        health = getattr(scheduler, "health", None)
+        full = health.storage_full if health is not None else None
+        return connected and full is None, {
             "state": "leader" if leading else "standby",
             "connected": connected,
+            "storage": "full" if full else "ok",
+            "storageError": f"disk full: {full}" if full else None,
             "partition": scheduler.partition,
             "term": scheduler.term,
             "decidedThrough": recovered.decided_through if leading and recovered else None,

@@ -42,6 +42,12 @@ class WriterStats:
         self.facts_by_subject: Counter = Counter()  # fact subject -> facts stored
         self.preemptions: Counter = Counter()  # (subject, reason, outcome) -> facts
         self.dispatches: Counter = Counter()  # (subject, reason) -> facts
+        self.append_failures: Counter = Counter()  # cause (services.bus) -> failed appends
+
+    def append_failed(self, cause: str) -> None:
+        """A batch did not land; `cause` is the diagnosis (fence, disk_full, command,
+        unavailable)."""
+        self.append_failures[cause] += 1
 
     def landed(self, out: list[tuple[str, bytes, dict[str, str]]]) -> None:
         """A batch's facts (subject, payload, headers) are stored."""
@@ -84,7 +90,15 @@ class WriterStats:
         decide = self.decide_seconds.family(
             "quotasched_scheduler_decide_seconds",
             "Time the decision core spent on one batch of commands (decide, fold, encode).")
-        return [facts, dispatches, preemptions, decide]
+        failures = CounterMetricFamily(
+            "quotasched_scheduler_append_failures",
+            "Appends of a batch of facts that did not land, by diagnosed reason: fence (another "
+            "writer), disk_full (the store is full or cannot write), command (the server "
+            "refuses the messages themselves), unavailable (no answer, no stream leader).",
+            labels=["reason"])  # fmt: skip
+        for reason in ("fence", "disk_full", "command", "unavailable"):
+            failures.add_metric([reason], self.append_failures.get(reason, 0))
+        return [facts, dispatches, preemptions, decide, failures]
 
 
 def _reason_and_outcome(payload: bytes) -> tuple[str, str]:
