@@ -68,6 +68,7 @@ class Result:
     silent: int = 0  # of which produced no fact (idle Ticks, mostly)
     facts: int = 0  # facts reproduced byte for byte
     rejected: int = 0  # of which CommandRejected
+    log_refused: int = 0  # commands the log recorded as refused by the log (refusals.py)
     first_seq: int | None = None
     last_seq: int | None = None  # last command re-run
     last_decided: int | None = None  # commandSeq of the last recorded fact

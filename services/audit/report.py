@@ -31,6 +31,9 @@ def _summary(result: Result, source: str) -> list[str]:
                  f"{result.silent} produced no fact)")  # fmt: skip
     lines.append(f"  facts reproduced:  {result.facts} byte for byte "
                  f"({result.rejected} CommandRejected)")  # fmt: skip
+    if result.log_refused:
+        lines.append(f"  refused by the log: {result.log_refused} commands whose facts the bus "
+                     "could not carry, recorded as CommandRejected and re-run as such")  # fmt: skip
     if result.folded:
         lines.append(f"  facts folded unverified: {result.folded} (their commands are no longer in "
                      f"the command stream, which starts at {result.first_seq})")  # fmt: skip

@@ -14,6 +14,7 @@ from events.subjects import parse_command_subject
 from services.audit.records import CommandRecord, FactRecord, Result
 from services.scheduler.core import State, step_raw
 from services.scheduler.partition import Partition
+from services.scheduler.refusals import is_log_refusal, refusal_cause_of, refuse_message
 from services.scheduler.routing import decide_message, fact_subject_of
 
 
@@ -21,8 +22,11 @@ class _Produced:
     """The recomputed facts, one at a time, running commands only as far as needed."""
 
     def __init__(self, commands: Iterable[CommandRecord], state: State, result: Result,
-                 scope: Partition | None = None):  # fmt: skip
+                 scope: Partition | None = None, recorded: _Recorded | None = None):  # fmt: skip
         self.commands = iter(commands)
+        # the log's side, asked whether it records a command as refused by the log itself
+        # (services/scheduler/refusals.py): such a command is re-run as that same refusal
+        self.recorded = recorded
         self.state = state
         self.result = result
         # one partition of several (see services/scheduler/partition.py): only its commands,
@@ -92,7 +96,12 @@ class _Produced:
             facts = step_raw(self.state, record.data, record.seq)
         else:
             stamp = record.stamp if record.stamp is not None else self.state.time
-            facts = decide_message(self.state, record.subject, record.data, record.seq, stamp)
+            cause = self.recorded.log_refusal(record.seq) if self.recorded is not None else None
+            if cause is not None:
+                result.log_refused += 1
+                facts = refuse_message(self.state, record.subject, record.data, record.seq, cause)
+            else:
+                facts = decide_message(self.state, record.subject, record.data, record.seq, stamp)
             if scope is not None:
                 route = parse_command_subject(record.subject)[:2]
                 facts = [f for f in facts if scope.owns(fact_subject_of(self.state, f, route))]
@@ -145,6 +154,18 @@ class _Recorded:
             self.group, self.group_seq = [], fact.command_seq
         self.group.append(fact.text)
         return fact
+
+    def log_refusal(self, seq: int) -> str | None:
+        """The cause, when the log records command `seq` as refused by the log itself (one
+        CommandRejected with the writer's LOG_REFUSAL reason); looks ahead only as far as
+        that command's facts."""
+        k = 0
+        while (fact := self.peek(k)) is not None and fact.command_seq is not None \
+                and fact.command_seq <= seq:
+            if fact.command_seq == seq:
+                return refusal_cause_of(fact.text) if is_log_refusal(fact.text) else None
+            k += 1
+        return None
 
     def rest_of_group(self, seq: int | None, limit: int = 200) -> list[str]:
         out, k = [], 0

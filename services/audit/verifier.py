@@ -33,8 +33,8 @@ def verify(
     """
     result = Result(partial=partial, partition=scope.name if scope is not None else None)
     state = State()
-    produced = _Produced(commands, state, result, scope)
     recorded = _Recorded(facts)
+    produced = _Produced(commands, state, result, scope, recorded)
     first = produced.start()
     if first is not None and first.seq > 1 and produced.scope is None:
         _fold_trimmed(first.seq, recorded, state, result)
