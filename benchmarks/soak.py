@@ -7,7 +7,10 @@ One real nats-server (file storage) in a temporary directory, a scheduler, a pro
 steady stream of workload commands (tests/integration/helpers.generate_workload), published
 with message ids and retried until acked, as a careful client does.  At random moments one
 fault is injected: mostly SIGKILL of the scheduler (a fresh process is started at once), some
-SIGKILL of the projector, a few SIGKILL of nats-server itself (restarted on the same store).
+SIGKILL of the projector, a few SIGKILL of nats-server itself (restarted on the same store),
+and a few full disks: the server's store (`max_file_store`, STORE_LIMIT) is filled by a filler
+stream until writes are refused, left full for a few seconds, then freed; the scheduler must
+stall, say "disk full", and decide every waiting command once space is back.
 At the end it checks what the suite checks, and prints a summary:
 
   - the fact log equals the core's offline decision of the same commands (nothing lost,
@@ -32,6 +35,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from nats.js.api import StreamConfig  # noqa: E402
+from nats.js.errors import APIError  # noqa: E402
+
+from services.bus import STORAGE_CODES  # noqa: E402
 from services.client import Bus  # noqa: E402
 from services.embedded import EmbeddedServer  # noqa: E402
 from services.projector.client import wait_for_position  # noqa: E402
@@ -56,16 +63,24 @@ from tests.integration.test_projector_live import (  # noqa: E402
 from tests.reliability.support import publish_retrying  # noqa: E402
 
 
+STORE_LIMIT = 256 * 1024 * 1024  # the server's max_file_store: what a disk-full fault fills
+FILLER = "SOAK_FILLER"
+
+
 class Soak:
     def __init__(self, root: Path, seed: int):
         self.root = root
         self.rng = random.Random(seed)
-        self.server = EmbeddedServer(root / "nats").start()
+        root.mkdir(parents=True, exist_ok=True)
+        conf = root / "nats.conf"
+        conf.write_text(f"jetstream {{ max_file_store: {STORE_LIMIT} }}\n")
+        self.server = EmbeddedServer(root / "nats", extra_args=["-c", str(conf)]).start()
         self.env = {**os.environ, "QUOTASCHED_NATS_URL": self.server.url,
                     "QUOTASCHED_TICK_INTERVAL_S": "100000", "QUOTASCHED_LEASE_TTL_S": "2",
                     "QUOTASCHED_PROJECTOR_MAX_BATCH": "50", "QUOTASCHED_PROJECTOR_MAX_WAIT_MS": "0"}
         self.started = 0
-        self.faults = {"scheduler SIGKILL": 0, "projector SIGKILL": 0, "nats-server SIGKILL": 0}
+        self.faults = {"scheduler SIGKILL": 0, "projector SIGKILL": 0, "nats-server SIGKILL": 0,
+                       "disk full": 0}
         self.scheduler = self.spawn("scheduler")
         self.projector = self.spawn("projector", "--db", str(root / "soak.duckdb"))
 
@@ -79,9 +94,12 @@ class Soak:
 
         await eventually(led, 60, what="a scheduler leading")
 
-    async def inject(self) -> str:
+    async def inject(self, js) -> str:
         roll = self.rng.random()
-        if roll < 0.05:
+        if roll < 0.03:
+            await self.fill_and_free(js)
+            kind = "disk full"
+        elif roll < 0.07:
             self.server.kill()
             await asyncio.sleep(self.rng.uniform(0.2, 1.0))
             self.server.start()
@@ -100,6 +118,26 @@ class Soak:
             kind = "scheduler SIGKILL"
         self.faults[kind] += 1
         return kind
+
+    async def fill_and_free(self, js) -> None:
+        """Fill the store until the server refuses writes for lack of storage, keep it full
+        for a few seconds (commands wait, new ones are refused), then free it."""
+        await js.add_stream(StreamConfig(name=FILLER, subjects=["soak.filler"]))
+        chunk = b"\0" * (1 << 20)
+        for _ in range(2 * STORE_LIMIT // len(chunk)):
+            try:
+                await js.publish("soak.filler", chunk, stream=FILLER, timeout=10)
+            except APIError as error:
+                if error.err_code in STORAGE_CODES:
+                    break
+                raise
+        await asyncio.sleep(self.rng.uniform(1.0, 4.0))
+        await js.delete_stream(FILLER)
+
+    def disk_full_lines(self) -> int:
+        """How many "disk full" errors the scheduler processes logged."""
+        return sum(path.read_text(errors="replace").count('"disk full: ')
+                   for path in self.root.glob("scheduler-*.log"))  # fmt: skip
 
     def stop(self) -> None:
         for process in (self.scheduler, self.projector):
@@ -125,7 +163,7 @@ async def soak(faults: int, commands: int, seed: int, root: Path) -> bool:
 
             publisher = asyncio.create_task(publish_retrying(bus.js, items, pace, published))
             for number in range(1, faults + 1):
-                kind = await run.inject()
+                kind = await run.inject(bus.js)
                 if number % 10 == 0:
                     print(f"  {number} faults ({kind}), {len(published)} commands published",
                           flush=True)  # fmt: skip
@@ -170,6 +208,7 @@ async def soak(faults: int, commands: int, seed: int, root: Path) -> bool:
           + f"; {len(items)} commands sent; {len(facts)} facts ({len(expected)} expected); "
           f"commands with facts lost: {lost}; "
           f"duplicated facts: {duplicated}; "
+          f"'disk full' errors logged: {run.disk_full_lines()}; "
           f"{time.monotonic() - began:.0f} s")  # fmt: skip
     for name, passed in checks.items():
         print(f"  {'ok  ' if passed else 'FAIL'} {name}")
