@@ -40,6 +40,7 @@ from typing import Any
 from events.subjects import (
     API_PREFIX,
     COMMANDS_PREFIX,
+    COMMANDS_STREAM,
     FACTS_PREFIX,
     FACTS_STREAM,
     LEASES_BUCKET,
@@ -132,41 +133,88 @@ def _js(*verbs: str) -> list[str]:
     return [f"$JS.API.{verb}" for verb in verbs]
 
 
-def fact_reader(subject_filter: str) -> list[str]:
-    """What reading the fact log through a consumer filtered on `subject_filter` needs: create
-    it by name with that filter in the subject (the server checks the filter against the
-    subject), ask for its info, delete it, and answer flow control."""
-    return [*_js("INFO", f"STREAM.INFO.{FACTS_STREAM}",
-                 f"CONSUMER.CREATE.{FACTS_STREAM}.*.{subject_filter}",
-                 f"CONSUMER.INFO.{FACTS_STREAM}.*", f"CONSUMER.DELETE.{FACTS_STREAM}.*"),
-            "$JS.FC.>"]  # fmt: skip
+KV_LEASES = f"KV_{LEASES_BUCKET}"  # the streams behind the buckets (nats-py's naming)
+OBJ_SNAPSHOTS = f"OBJ_{SNAPSHOTS_BUCKET}"
+STREAMS = (COMMANDS_STREAM, FACTS_STREAM, KV_LEASES, OBJ_SNAPSHOTS)
+# How many consumers a team may hold at once on the fact log: NATS permissions match whole
+# subject tokens only (no prefix wildcard), so a team's consumers have fixed names,
+# <role>-0 .. <role>-<CONSUMER_SLOTS - 1> (`team_consumers`).
+CONSUMER_SLOTS = 8
+
+
+def team_consumers(role: str) -> list[str]:
+    """The only consumer names a pipeline role may create, use and delete on the fact log."""
+    return [f"{role}-{slot}" for slot in range(CONSUMER_SLOTS)]
+
+
+def started_services() -> list[str]:
+    """What every service needs to start (`bus.ensure_streams` looks at each stream and
+    bucket, and asks for nothing else when they exist) and to answer flow control."""
+    return [*_js("INFO", *(f"STREAM.INFO.{stream}" for stream in STREAMS)), "$JS.FC.>"]
+
+
+def log_reader(stream: str) -> list[str]:
+    """Reading a whole stream through ordered consumers (ephemeral, named by the server:
+    the legacy create subject, which carries no name, so none can be taken over) and
+    single messages; nothing that changes or removes a consumer it did not create."""
+    return _js(f"CONSUMER.CREATE.{stream}", f"STREAM.MSG.GET.{stream}",
+               f"DIRECT.GET.{stream}", f"DIRECT.GET.{stream}.>")  # fmt: skip
+
+
+def fact_reader(role: str, subject_filter: str) -> list[str]:
+    """A team reading its own facts: create, inspect, pull from, ack and delete consumers
+    named `team_consumers(role)` only, each with `subject_filter` in the API subject (the
+    server checks the consumer's filter against it).  The legacy durable create
+    (`CONSUMER.DURABLE.CREATE`) carries no filter, so it is never allowed."""
+    names = team_consumers(role)
+    return [*_js("INFO", f"STREAM.INFO.{FACTS_STREAM}"),
+            *(subject for name in names for subject in _js(
+                f"CONSUMER.CREATE.{FACTS_STREAM}.{name}.{subject_filter}",
+                f"CONSUMER.INFO.{FACTS_STREAM}.{name}", f"CONSUMER.DELETE.{FACTS_STREAM}.{name}",
+                f"CONSUMER.MSG.NEXT.{FACTS_STREAM}.{name}")),
+            *(f"$JS.ACK.{FACTS_STREAM}.{name}.>" for name in names), "$JS.FC.>"]  # fmt: skip
+
+
+def scheduler_api() -> list[str]:
+    """The scheduler owns its four streams: it creates and updates them (`ensure_streams`),
+    reads them, runs its command consumers (delete and recreate each term) and purges
+    replaced snapshot chunks (the object store does, on put); it never deletes a stream nor
+    purges the command or fact log, and touches no other stream."""
+    verbs = ["STREAM.NAMES"]
+    for stream in STREAMS:
+        verbs += [f"STREAM.CREATE.{stream}", f"STREAM.UPDATE.{stream}",
+                  f"CONSUMER.CREATE.{stream}.>", f"CONSUMER.DURABLE.CREATE.{stream}.*",
+                  f"CONSUMER.INFO.{stream}.*", f"CONSUMER.LIST.{stream}",
+                  f"CONSUMER.NAMES.{stream}", f"CONSUMER.MSG.NEXT.{stream}.*"]  # fmt: skip
+    verbs += [f"CONSUMER.DELETE.{COMMANDS_STREAM}.*", f"STREAM.PURGE.{OBJ_SNAPSHOTS}"]
+    readers = [subject for stream in STREAMS for subject in log_reader(stream)]
+    return [*started_services(), *_js(*verbs), *readers, *(f"$JS.ACK.{s}.>" for s in STREAMS)]
 
 
 def roles(shares: Iterable[tuple[str, str]]) -> list[Role]:
     """Every role, with one pipeline per (job queue, quota share)."""
     stores = [f"$KV.{LEASES_BUCKET}.>", f"$O.{SNAPSHOTS_BUCKET}.>"]
-    service_api = ["$JS.API.>", "$JS.ACK.>", "$JS.FC.>"]
     out = [
         Role("admin", publish=[">"], subscribe=[">"]),
         Role("scheduler", publish=[f"{COMMANDS_PREFIX}.*.~.Tick", f"{FACTS_PREFIX}.>",
-                                   *service_api, *stores],
+                                   *scheduler_api(), *stores],
              subscribe=[f"{API_PREFIX}.>", *stores], allow_responses=True),
-        Role("projector", publish=[*service_api, PROJECTED],
+        Role("projector", publish=[*started_services(), *log_reader(FACTS_STREAM), PROJECTED],
              subscribe=[f"{PROJECTOR_PREFIX}.>"], allow_responses=True),
-        Role("executor", publish=[f"{COMMANDS_PREFIX}.*.*.ReportJobStatus",
-                                  *_js("INFO", "STREAM.INFO.*", "STREAM.NAMES",
-                                       f"CONSUMER.CREATE.{FACTS_STREAM}.>",
-                                       f"CONSUMER.DURABLE.CREATE.{FACTS_STREAM}.*",
-                                       f"CONSUMER.INFO.{FACTS_STREAM}.*",
-                                       f"CONSUMER.MSG.NEXT.{FACTS_STREAM}.*"),
-                                  f"$JS.ACK.{FACTS_STREAM}.>", "$JS.FC.>"],
+        Role("executor", publish=[f"{COMMANDS_PREFIX}.*.*.ReportJobStatus", *started_services(),
+                                  *log_reader(FACTS_STREAM),
+                                  *_js(f"CONSUMER.DURABLE.CREATE.{FACTS_STREAM}.*",
+                                       f"CONSUMER.INFO.{FACTS_STREAM}.*"),
+                                  f"$JS.ACK.{FACTS_STREAM}.>"],
              subscribe=[]),
     ]  # fmt: skip
     for queue, share in sorted(set(shares)):
+        name = f"pipeline-{queue}-{share}"
         out.append(Role(
-            f"pipeline-{queue}-{share}",
+            name,
             publish=[*(f"{COMMANDS_PREFIX}.{queue}.{share}.{kind}" for kind in JOB_COMMANDS),
-                     *fact_reader(f"{FACTS_PREFIX}.{queue}.{share}.*"), f"{API_PREFIX}.{queue}.>"],
+                     *fact_reader(name, f"{FACTS_PREFIX}.{queue}.{share}.*"),
+                     f"{API_PREFIX}.{queue}.>"],
             subscribe=[],
         ))  # fmt: skip
     return out

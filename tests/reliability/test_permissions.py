@@ -166,14 +166,15 @@ async def test_each_role_can_do_only_its_job(secured, spawn, tmp_path):
                 await pipeline.violation(subject)
 
             # its own facts, through a consumer filtered on its share: allowed, and complete
-            own = await read_own_facts(pipeline.js, "pipeline-qs1", "qm.fact.q.qs1.*")
+            own = await read_own_facts(pipeline.js, "pipeline-q-qs1-0", "qm.fact.q.qs1.*")
             assert {fact["kind"] for _, fact in own} >= {"QuotaShareCreated", "JobSubmitted",
                                                         "JobPriorityUpdated", "JobStatusChanged"}
             assert {subject.split(".")[3] for subject, _ in own} == {"qs1"}
             # the same for another share, or for the whole log: the server refuses to create it
-            for name, subject_filter in (("peek-qs2", "qm.fact.q.qs2.*"),
-                                         ("peek-all", "qm.fact.>"),
-                                         ("peek-queue", "qm.fact.q.*.*")):  # fmt: skip
+            # (with a name of its own: the filter alone is what is refused)
+            for name, subject_filter in (("pipeline-q-qs1-1", "qm.fact.q.qs2.*"),
+                                         ("pipeline-q-qs1-2", "qm.fact.>"),
+                                         ("pipeline-q-qs1-3", "qm.fact.q.*.*")):  # fmt: skip
                 with pytest.raises(Exception):
                     await read_own_facts(pipeline.js, name, subject_filter, timeout=0.3)
                 await pipeline.violation("$JS.API.CONSUMER.CREATE")
