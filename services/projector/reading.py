@@ -56,6 +56,7 @@ class ReadingMixin:
             # default) makes that ~2-4 s after a server restart or a lost consumer.
             idle_heartbeat=self.options.heartbeat_s,
         )  # fmt: skip
+        _say_when_replaced(self._sub)
 
     async def _resubscribe(self, start_seq: int) -> None:
         old, self._sub = self._sub, None
@@ -172,6 +173,32 @@ class ReadingMixin:
                  lag=None if stream_last is None else max(stream_last - self.position, 0),
                  facts_applied=self.facts_applied, batches=self.batches,
                  apply_seconds=round(self.apply_seconds, 3))  # fmt: skip
+
+
+def _say_when_replaced(sub) -> None:
+    """nats-py recreates an ordered consumer by itself, silently, when its heartbeats stop
+    (deleted by someone, or lost with its server) or a delivery comes out of order: make both
+    loud, naming the consumer.  Its `_active` flag says which: cleared when two heartbeat
+    intervals passed without a heartbeat or a message, set by an out-of-order delivery."""
+    jsi = sub._sub._jsi  # the nats-py internals of a push subscription's ordered consumer
+    reset, recreate = jsi.reset_ordered_consumer, jsi.recreate_consumer
+
+    async def loud_reset(sseq):
+        lost = sub._consumer
+        if not jsi._active:
+            log.error("the projector's consumer is gone (no heartbeats: deleted, or lost with "
+                      "its server); recreating it", consumer=lost, stream=FACTS_STREAM,
+                      resume_seq=sseq)  # fmt: skip
+        else:
+            log.warning("the projector's consumer delivered out of order; recreating it",
+                        consumer=lost, stream=FACTS_STREAM, resume_seq=sseq)  # fmt: skip
+        return await reset(sseq)
+
+    async def loud_recreate() -> None:
+        await recreate()  # its errors go to the connection's error callback
+        log.warning("the projector's consumer was recreated", consumer=sub._consumer)
+
+    jsi.reset_ordered_consumer, jsi.recreate_consumer = loud_reset, loud_recreate
 
 
 def _pending(msg) -> int:
