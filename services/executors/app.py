@@ -18,6 +18,7 @@ from services.executors.base import Executor, consumer_name
 from services.executors.ledger import Ledger
 from services.executors.process import ProcessExecutor
 from services.executors.simulated import SimulatedExecutor
+from services.executors.watch import ConsumerWatch
 
 natsfix.install()  # every fact an executor reads carries four headers; see services/natsfix.py
 
@@ -76,8 +77,13 @@ async def catch_up(js, executor: Executor) -> int:
     """Before the executor's durable consumer resumes, feed `executor.learn` the facts an
     earlier executor of the same name was delivered (up to the consumer's last delivered
     sequence; the rest is delivered again): the submissions of jobs that are not over yet
-    are needed to run them.  Returns how many facts were read (0 for a new consumer)."""
+    are needed to run them.  Returns how many facts were read (0 for a new consumer).
+
+    Also starts watching the consumer (watch.py), from here on and until `executor.close`:
+    whoever starts an executor catches it up first, so none runs unwatched."""
     from nats.js.errors import NotFoundError
+
+    executor.watch = ConsumerWatch(js, executor.consumer).start()
 
     from services.scheduler.log import ALL_FACTS, read_log
 

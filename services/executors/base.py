@@ -67,6 +67,7 @@ class Executor:
         self.consumer = consumer_name(self.name)  # its durable consumer (app.build_executor)
         self.fact_filter = f"{FACTS_PREFIX}.>"  # what it reads: the log, or one job queue's
         self.running: dict[str, Attempt] = {}
+        self.watch: Any = None  # the watch on its consumer (watch.ConsumerWatch), once started
         self.started: set[tuple[str, int]] = set()
         # Left running by the previous executor: never started again (a dispatch it had not
         # acked is delivered again), reported FAILED by `recover`.
@@ -188,6 +189,8 @@ class Executor:
     async def close(self) -> None:
         """Stop every running attempt and report each FAILED while the bus is still there; an
         attempt whose report cannot be sent stays in the ledger for the next start."""
+        if self.watch is not None:
+            await self.watch.stop()  # its consumer is about to go quiet on purpose
         attempts = list(self.running.values())
         for attempt in attempts:
             attempt.shutdown = True
