@@ -5,8 +5,8 @@ credentials may) deletes a component's consumer.  The server then simply stops d
 the component used to log nothing, and for the executor the next job stayed SCHEDULED for
 good.  Now the executor and the projector log an error naming the consumer, recreate it, and
 go on: the next job runs, the next facts are projected.  (That a team's credentials cannot
-delete them at all: tests/reliability/test_permission_table.py and
-`test_a_team_cannot_delete_the_executors_consumer` in test_permissions.py.)
+delete them at all: tests/reliability/test_permission_table.py, role pipeline-q-qs1, whose
+`CONSUMER.DELETE.QM_FACTS.executor-simulated` is refused.)
 """
 
 from __future__ import annotations
