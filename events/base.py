@@ -57,5 +57,16 @@ JobId = Annotated[str, BeforeValidator(_strip_arn), Field(min_length=1, max_leng
 Priority = Annotated[int, Field(ge=0, le=9999)]
 """`schedulingPriority`: 0-9999, higher is more important."""
 
-LogicalTime = Annotated[float, Field(ge=0)]
+MAX_TIME_S = 1e10
+"""The latest logical time accepted (seconds; as Unix time, the year 2286).  A bound keeps
+every deadline (`at` + an attempt timeout or a time limit) a finite, exact float."""
+
+LogicalTime = Annotated[float, Field(ge=0, le=MAX_TIME_S)]
 """Seconds on the scheduler's logical clock; only ever enters through `at`."""
+
+INT32_MAX = 2_147_483_647
+"""AWS's `Integer`: the upper bound of every count the API leaves open (retries, order)."""
+
+MAX_INSTANCES = 1_000_000
+"""The most instances of one capacity unit a limit, an environment or a job may name: a
+documented bound (AWS leaves it open) that keeps every sum of usage exact in 32 bits."""

@@ -111,11 +111,20 @@ def _describe(error: ValidationError, kind: str | None, raw: str) -> str:
             return "The message has no 'kind' field naming the command"
         if item["type"] in ("json_invalid", "model_type", "model_attributes_type"):
             return f"The message is not a JSON object: {item['msg']}"
-        location = ".".join(str(part) for part in item["loc"][1:])
+        location = ".".join(_short(str(part)) for part in item["loc"][1:])
         message = item["msg"].removeprefix("Value error, ")
         if item["type"] == "extra_forbidden":
             message = "is not a field of this command"
         elif item["type"] == "string_pattern_mismatch" and item["ctx"]["pattern"] == NAME_PATTERN:
             message = NAME_RULE
         problems.append(f"{location}: {message}" if location else message)
-    return f"Invalid {kind or 'command'}: " + "; ".join(problems)
+    return _short(f"Invalid {kind or 'command'}: " + "; ".join(problems), REASON_MAX_CHARS)
+
+
+REASON_MAX_CHARS = 2048
+"""A refusal's reason never grows with its input: a path part (a tag key, say) is cut to 40
+characters and the whole reason to this, so every refusal fits one message on the bus."""
+
+
+def _short(text: str, limit: int = 40) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."

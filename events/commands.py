@@ -1,8 +1,9 @@
 """Commands: requests to the scheduler, named after the AWS Batch operations they mirror.
 
 A command may be refused (the scheduler answers with a `CommandRejected` fact) but is never
-lost.  Field names are AWS's camelCase on the wire.  `at` is optional on the bus (the scheduler
-stamps it) and required in replay files by convention.
+lost.  Field names are AWS's camelCase on the wire.  `at` is required in replay files by
+convention; on the bus the scheduler owns the clock: a command's time is the stream's timestamp
+and an `at` sent by a client is ignored (ruling 15).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
-from events.base import JobId, LogicalTime, Name, NameOrArn, Priority, Wire
+from events.base import INT32_MAX, MAX_INSTANCES, JobId, LogicalTime, Name, NameOrArn, Priority, Wire
 from events.values import (
     EnvironmentLimits,
     JobPreemptionConfiguration,
@@ -126,7 +127,7 @@ class SubmitServiceJob(Command):
     service_job_type: Literal["SAGEMAKER_TRAINING"] = "SAGEMAKER_TRAINING"
     job_id: Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:-]+$")] | None = None
     scheduling_priority: Priority = 0
-    share_identifier: str | None = None
+    share_identifier: Annotated[str, Field(max_length=255)] | None = None
     preemption_configuration: JobPreemptionConfiguration | None = None
     retry_strategy: RetryStrategy | None = None
     timeout_config: TimeoutConfig | None = None
@@ -184,9 +185,16 @@ def need_from_payload(payload: dict[str, Any] | str | None,
         unit, count = group.get("InstanceType"), group.get("InstanceCount")
         if not isinstance(unit, str) or not unit:
             raise ValueError("serviceRequestPayload ResourceConfig has no InstanceType")
-        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
-            raise ValueError("serviceRequestPayload ResourceConfig.InstanceCount must be >= 1")
+        if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= MAX_INSTANCES:
+            raise ValueError("serviceRequestPayload ResourceConfig.InstanceCount must be "
+                             f"1-{MAX_INSTANCES}")
+        if len(unit) > 128:
+            raise ValueError("serviceRequestPayload ResourceConfig.InstanceType is longer "
+                             "than 128 characters")
         need[unit] = need.get(unit, 0) + count
+        if need[unit] > MAX_INSTANCES:
+            raise ValueError(f"serviceRequestPayload needs more than {MAX_INSTANCES} "
+                             f"instances of {unit}")
     if len(need) > 5:
         raise ValueError("serviceRequestPayload uses more than 5 instance types")
     return tuple(need.items())
@@ -212,7 +220,7 @@ class ReportJobStatus(Command):
     kind: Literal["ReportJobStatus"] = "ReportJobStatus"
     job_id: JobId
     status: ReportedStatus
-    attempt: Annotated[int, Field(ge=1)] | None = None
+    attempt: Annotated[int, Field(ge=1, le=INT32_MAX)] | None = None
     status_reason: Annotated[str, Field(max_length=1024)] | None = None
 
 

@@ -13,7 +13,7 @@ from typing import Annotated
 
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
-from events.base import Name, NameOrArn, Wire
+from events.base import INT32_MAX, MAX_INSTANCES, Name, NameOrArn, Wire
 
 
 class State(str, Enum):
@@ -103,7 +103,8 @@ class StatusCause(str, Enum):
     UNBLOCKED = "UNBLOCKED"  # the head's blocked reason no longer holds
 
 
-Count = Annotated[int, Field(ge=1)]
+Count = Annotated[int, Field(ge=1, le=MAX_INSTANCES)]
+"""A number of instances of one unit: 1 to MAX_INSTANCES."""
 
 
 class CapacityLimit(Wire):
@@ -115,7 +116,7 @@ class EnvironmentCapacityLimit(Wire):
     """A service environment's ceiling for one unit; 0 is allowed (a drained pool)."""
 
     capacity_unit: Annotated[str, Field(min_length=1, max_length=128)]
-    max_capacity: Annotated[int, Field(ge=0)]
+    max_capacity: Annotated[int, Field(ge=0, le=MAX_INSTANCES)]
 
 
 class CapacityUsage(Wire):
@@ -152,7 +153,7 @@ Usage = Annotated[
 
 class ResourceSharingConfiguration(Wire):
     strategy: SharingStrategy
-    borrow_limit: Annotated[int, Field(ge=-1)] | None = None
+    borrow_limit: Annotated[int, Field(ge=-1, le=INT32_MAX)] | None = None
 
     @model_validator(mode="after")
     def _borrow_limit_only_when_borrowing(self) -> ResourceSharingConfiguration:
@@ -178,7 +179,7 @@ class SharePreemptionConfiguration(Wire):
 
 
 class JobPreemptionConfiguration(Wire):
-    preemption_retries_before_termination: Annotated[int, Field(ge=0)] | None = None
+    preemption_retries_before_termination: Annotated[int, Field(ge=0, le=INT32_MAX)] | None = None
 
 
 class RetryAction(str, Enum):
@@ -205,11 +206,11 @@ class RetryStrategy(Wire):
 
 
 class TimeoutConfig(Wire):
-    attempt_duration_seconds: Annotated[int, Field(ge=1)]
+    attempt_duration_seconds: Annotated[int, Field(ge=1, le=INT32_MAX)]
 
 
 class ServiceEnvironmentOrder(Wire):
-    order: Annotated[int, Field(ge=0)]
+    order: Annotated[int, Field(ge=0, le=INT32_MAX)]
     service_environment: NameOrArn
 
 
@@ -236,5 +237,8 @@ class QuotaSharePolicy(Wire):
     idle_resource_assignment_strategy: IdleResourceAssignmentStrategy
 
 
-Tags = Annotated[dict[str, Annotated[str, Field(max_length=256)]], Field(max_length=50)]
+TagKey = Annotated[str, Field(min_length=1, max_length=128)]
+TagValue = Annotated[str, Field(max_length=256)]
+Tags = Annotated[dict[TagKey, TagValue], Field(max_length=50)]
+"""AWS's tag limits: at most 50 tags, keys 1-128 characters, values up to 256."""
 ShareName = Name
