@@ -27,10 +27,10 @@ from services.scheduler.core import State, evolve
 from services.scheduler.partition import Partition
 from services.scheduler.routing import decide_message, fact_subject_of
 
-# 6: every state object pickled as a tuple, the same from the interpreted and the compiled
+# 7: whether the last decided command was refused; 6: every state object pickled as a tuple, the same from the interpreted and the compiled
 # core; 5: blocked_due in the state; 4: the last command in the state; 3: jobs pickled as
 # slot tuples; 2: zlib; 1: pickle
-SNAPSHOT_VERSION = 6
+SNAPSHOT_VERSION = 7
 CHUNK_BYTES = 512 * 1024  # object-store chunks: fewer round trips than nats-py's 128 KiB
 ALL_FACTS = "qm.fact.>"
 
@@ -166,6 +166,7 @@ class Recovered:
     partial: tuple[int, list[bytes]] | None = None  # (command seq, its facts already logged)
     snapshot_seq: int = 0  # the snapshot this state was rebuilt from (0: from the start)
     folded: int = 0  # facts of this partition folded (or decided again) since the snapshot
+    last_refused: bool = False  # was the command at decided_through refused (it moved no clock)
 
 
 async def recover(js: JetStreamContext, scope: Partition, warm: Recovered | None = None) -> Recovered:
@@ -214,6 +215,8 @@ async def recover(js: JetStreamContext, scope: Partition, warm: Recovered | None
                 evolve(recovered.state, fact)
         recovered.fact_seq = group[-1][0]
         recovered.folded += len(group)
+        if command_seq >= recovered.decided_through:
+            recovered.last_refused = facts[0].kind == "CommandRejected"
         recovered.decided_through = max(recovered.decided_through, command_seq)
         recovered.commands_through = max(recovered.commands_through, command_seq)
         group = []
@@ -269,7 +272,7 @@ def capture_snapshot(recovered: Recovered) -> Callable[[], bytes]:
     interpreter for seconds), and the bytes come back through a pipe.
     """
     image = (SNAPSHOT_VERSION, recovered.fact_seq, recovered.decided_through,
-             recovered.commands_through, recovered.state)  # fmt: skip
+             recovered.commands_through, recovered.last_refused, recovered.state)  # fmt: skip
     if not hasattr(os, "fork"):
         payload = encode_snapshot(image)
         return lambda: payload
@@ -339,5 +342,6 @@ async def load_snapshot(js: JetStreamContext, partition: str) -> Recovered | Non
         return None
     if not isinstance(image, tuple) or image[0] != SNAPSHOT_VERSION:
         return None  # an older layout: fold the whole log instead
-    _, fact_seq, decided_through, commands_through, state = image
-    return Recovered(state, fact_seq, decided_through, commands_through, snapshot_seq=fact_seq)
+    _, fact_seq, decided_through, commands_through, last_refused, state = image
+    return Recovered(state, fact_seq, decided_through, commands_through, snapshot_seq=fact_seq,
+                     last_refused=last_refused)

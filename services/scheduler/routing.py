@@ -20,19 +20,18 @@ from services.scheduler.core import State, reject, reject_undecodable, step
 
 
 def decide_message(state: State, subject: str, data: bytes, seq: int, stamp: float) -> list[Fact]:
-    """Facts for one command message; `stamp` (the stream's timestamp) is used when the
-    command carries no `at`.  Folds the facts into `state`, like `step`."""
+    """Facts for one command message; `stamp`, the stream's timestamp, is its time: on the bus
+    the scheduler owns the clock and a client's `at` is ignored (ruling 15).  Folds the facts
+    into `state`, like `step`."""
     try:
         command = decode_command(data)
     except DecodeError as error:
-        return reject_undecodable(state, error, seq, stamp)
+        return reject_undecodable(state, error, seq)
     queue, share, kind = parse_command_subject(subject)
     problem = _misrouted(state, command, subject, queue, share, kind)
     if problem is not None:
-        job_id = getattr(command, "job_id", None)
-        at = command.at if command.at is not None else stamp
-        return reject(state, command.kind, problem, seq, at, job_id=job_id)
-    return step(state, command, seq, stamp)
+        return reject(state, command.kind, problem, seq, job_id=getattr(command, "job_id", None))
+    return step(state, command, seq, clock=stamp, size=len(data))
 
 
 def _misrouted(state: State, command, subject: str, queue, share, kind: str) -> str | None:

@@ -181,7 +181,8 @@ class Writer:
             seq, stamp = sequence_and_time(msg)
             if seq <= recovered.commands_through:
                 if seq == recovered.decided_through:
-                    catch_up_clock(state, msg.data, stamp)  # the clock it left, not just its facts
+                    # the clock it left, not just its facts (a refusal left it as it was)
+                    catch_up_clock(state, msg.data, stamp, refused=recovered.last_refused, bus=True)
                 continue  # in the state already (recorded, or decided without a fact of ours)
             refusal = self.health.log_refusals.get(seq)
             if refusal is not None:  # the log refused its facts before: record the refusal
@@ -206,6 +207,7 @@ class Writer:
             if facts:
                 decided = seq
                 recovered.decided_through = seq
+                recovered.last_refused = facts[0].kind == "CommandRejected"
                 if facts[0].kind == "CommandRejected":
                     queue, share, _ = parse_command_subject(msg.subject)
                     log.info("command rejected", stream_seq=seq, job_queue=queue,

@@ -448,7 +448,9 @@ class SchedulerMachine(RuleBasedStateMachine):
                 # decide the next command exactly as the live one does (checked above).
                 if facts:
                     fold(facts, self.recovered)
-                    catch_up_clock(self.recovered, line)  # a new term's first, recorded command
+                    # a new term's first, recorded command (a refusal moved no clock)
+                    catch_up_clock(self.recovered, line,
+                                   refused=facts[0].kind == "CommandRejected")  # fmt: skip
                 elif decide_again := step(self.recovered, decode_command(line), seq):
                     _fail("recovery", f"re-deciding the fact-less {line} on the recovered state "
                           f"emits {[encode(f) for f in decide_again]}")  # fmt: skip

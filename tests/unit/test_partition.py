@@ -107,8 +107,9 @@ def test_a_refusal_goes_under_the_subject_it_was_published_on():
 
 
 def test_a_queue_partition_ticks_on_its_own_subject():
+    """On the bus the stream's timestamp is the time; the `at` a client wrote is ignored."""
     state, _ = run(QA, setup("qa"))
-    facts = decide_message(state, "qm.cmd.qa.~.Tick", b'{"kind":"Tick","at":5}', 99, 0.0)
+    facts = decide_message(state, "qm.cmd.qa.~.Tick", b'{"kind":"Tick","at":500}', 99, 5.0)
     assert facts == [] and state.time == 5
 
 

@@ -6,10 +6,20 @@
                                            CommandRejected that keeps the raw text
 
 Each command is handled in the same order: the logical time is fixed (the larger of its `at`
-and the time so far, ruling 9); timers that came due fire; the command is validated against
-the state (a refusal is a `CommandRejected` fact naming the problem, AWS ClientException style)
+and the time so far, ruling 9; on the bus the stream's timestamp, which a client's `at` never
+overrides, ruling 15); timers that came due fire; the command is validated against the state
 and applied by its handler (configure.py for resources, jobs.py for jobs); and a scheduling
 pass runs (ruling 4).
+
+A refused command changes nothing, time included (ruling 15): its `CommandRejected` fact
+(naming the problem, AWS ClientException style) is recorded at the clock as it stands, and any
+timer its time would have fired waits for the next accepted command, which fires it stamped at
+its deadline exactly as if the refused command had never arrived.  So a hostile message can
+neither move the clock nor change which command a timer's facts belong to.
+
+Every fact fits the bus (ruling 16): fields are bounded (events/), and a message large enough
+that one of its facts could pass `FACT_BYTES_LIMIT` is decided under a savepoint and refused,
+naming the limit, if one does.
 
 No I/O, no clock, no randomness, no logging: the same commands give the same facts.
 """
@@ -20,7 +30,7 @@ from typing import Any
 
 from events import commands as C
 from events import facts as F
-from events.codec import DecodeError, decode_command
+from events.codec import DecodeError, decode_command, encode_bytes
 from services.scheduler.core import configure, jobs  # noqa: F401 (they register the handlers)
 from services.scheduler.core.evolve import evolve
 from services.scheduler.core.passes import schedule
@@ -29,29 +39,55 @@ from services.scheduler.core.state import State
 from services.scheduler.core.timers import fire_due
 
 
-def step(state: State, command: C.Command, seq: int, stamp: float | None = None) -> list[F.Fact]:
+FACT_BYTES_LIMIT = 1024 * 1024 - 4 * 1024
+"""The largest encoded fact the core emits: NATS's default max_payload (1 MiB), less room for
+the headers the writer adds.  A deterministic constant, so replay and the audit agree."""
+
+CHECKED_ABOVE_BYTES = 256 * 1024
+"""Messages up to this size cannot give a fact over the limit: a fact repeats at most its
+command's fields (and bounded derived ones), and a refusal keeps at most 64 KiB of raw text
+(escaped, at most 6x).  Larger messages have their facts measured (only hostile or padded
+ones are this large: every field is bounded far below it)."""
+
+
+def step(state: State, command: C.Command, seq: int, stamp: float | None = None, *,
+         clock: float | None = None, size: int = 0) -> list[F.Fact]:  # fmt: skip
     """Decide `command` (the `seq`-th input) and fold its facts into `state`.
 
-    `stamp` is the time to use when the command carries no `at` (the service passes the
-    stream's timestamp); without either, the command happens at the current time.
+    `clock` is the time on the bus (the stream's timestamp): it wins over the command's own
+    `at` (ruling 15).  Otherwise `stamp` is used when the command carries no `at`; without
+    either, the command happens at the current time.  `size`: the message's size in bytes,
+    when it came as bytes (a large one has its facts measured, ruling 16).
     """
-    at = command.at if command.at is not None else stamp
+    at = clock if clock is not None else command.at if command.at is not None else stamp
     at = state.time if at is None else max(at, state.time)
     round_ = Round(state, seq, at)
     # Every attempt deadline in the heap, stale entries included, is at least its top's, and
     # no blocked head's time limit runs out before `blocked_due`: while both are ahead, no
     # timer can be due.
-    if (state.blocked and state.blocked_due <= at) or (state.timeouts and state.timeouts[0][0] <= at):
-        fire_due(round_, at)
-        round_.at = at
+    due = (state.blocked and state.blocked_due <= at) or (state.timeouts and state.timeouts[0][0] <= at)
+    checked = size > CHECKED_ABOVE_BYTES
+    mark = state.savepoint() if due or checked else None
     try:
+        if due:
+            fire_due(round_, at)
+            round_.at = at
         HANDLERS[type(command)](round_, command)
+        schedule(round_)
+        if checked:
+            problem = oversize(round_.facts)
+            if problem is not None:
+                raise Rejected(problem, **_names(command))
     except Rejected as rejected:
-        round_.emit(F.CommandRejected(
-            at=at, command_seq=seq, command_kind=command.kind, status_reason=rejected.reason,
-            **{key: value for key, value in rejected.names.items() if value is not None},
-        ))  # fmt: skip
-    schedule(round_)
+        if mark is not None:
+            mark.undo()
+        return reject(state, command.kind, rejected.reason, seq, **rejected.names)
+    except BaseException:
+        if mark is not None:
+            mark.keep()  # a bug: close the journal and let the error through, state as it is
+        raise
+    if mark is not None:
+        mark.keep()
     if at > state.time:
         # Ruling 9 counts time from the previous *command*, silent ones (an idle Tick)
         # included.  Such a command leaves no fact, so until the next fact records a time
@@ -61,18 +97,42 @@ def step(state: State, command: C.Command, seq: int, stamp: float | None = None)
     return round_.facts
 
 
-def catch_up_clock(state: State, data: bytes | str, stamp: float | None = None) -> None:
+def oversize(facts: list[F.Fact], limit: int = FACT_BYTES_LIMIT) -> str | None:
+    """Why these facts could not be appended, if one of them is larger than `limit`."""
+    for fact in facts:
+        size = len(encode_bytes(fact))
+        if size > limit:
+            return (f"The {fact.kind} fact of this command would be {size} bytes, over the "
+                    f"{limit}-byte limit of one message on the bus")
+    return None
+
+
+def _names(command: C.Command) -> dict[str, Any]:
+    """The job and share a refusal names, as far as the command names them."""
+    return {"job_id": getattr(command, "job_id", None),
+            "quota_share_name": getattr(command, "quota_share_name", None)}  # fmt: skip
+
+
+def catch_up_clock(state: State, data: bytes | str, stamp: float | None = None, *,
+                   refused: bool = False, bus: bool = False) -> None:  # fmt: skip
     """Set the clock as deciding this (already recorded) command set it, without deciding it.
 
     Recovery folds the fact log and then decides again every command after the last one the
     log records.  The last recorded command itself may have moved the clock past its own facts
     (a Tick whose only fact is a timer stamped at its earlier deadline); this restores that.
+    A `refused` command moved nothing (ruling 15).  `bus`: the command came from the stream,
+    whose timestamp `stamp` is its time whatever its `at` says.
     """
-    try:
-        command = decode_command(data)
-    except DecodeError:
+    if refused:
         return
-    at = command.at if command.at is not None else stamp
+    if bus:
+        at = stamp
+    else:
+        try:
+            command = decode_command(data)
+        except DecodeError:
+            return
+        at = command.at if command.at is not None else stamp
     if at is not None and at > state.time:
         state.set_time(at)
 
@@ -88,14 +148,14 @@ def step_raw(state: State, data: bytes | str, seq: int) -> list[F.Fact]:
     try:
         command = decode_command(data)
     except DecodeError as error:
-        return reject_undecodable(state, error, seq, state.time)
-    return step(state, command, seq)
+        return reject_undecodable(state, error, seq)
+    return step(state, command, seq, size=len(data))
 
 
 RAW_KEPT_CHARS = 64 * 1024
 
 
-def reject_undecodable(state: State, error: DecodeError, seq: int, stamp: float) -> list[F.Fact]:
+def reject_undecodable(state: State, error: DecodeError, seq: int) -> list[F.Fact]:
     """A message that is not a valid command: recorded with everything it claimed to be.
 
     Its text is kept up to 64 KiB (escaped into JSON, a hostile 1 MB message could grow six
@@ -105,17 +165,17 @@ def reject_undecodable(state: State, error: DecodeError, seq: int, stamp: float)
     if len(raw) > RAW_KEPT_CHARS:
         raw, size = raw[:RAW_KEPT_CHARS], len(error.raw.encode())
     return reject(
-        state, error.kind or "Unknown", error.reason, seq,
-        error.at if error.at is not None else stamp, raw=raw, raw_size=size,
+        state, error.kind or "Unknown", error.reason, seq, raw=raw, raw_size=size,
         raw_encoding=error.raw_encoding, job_id=error.job_id, job_queue=error.job_queue,
         quota_share_name=error.quota_share_name,
     )  # fmt: skip
 
 
-def reject(state: State, kind: str, reason: str, seq: int, at: float, **names: Any) -> list[F.Fact]:
-    """Refuse a command before the core could read it (undecodable, or misrouted on the bus)."""
+def reject(state: State, kind: str, reason: str, seq: int, **names: Any) -> list[F.Fact]:
+    """Refuse a command: one `CommandRejected` fact, recorded at the clock as it stands,
+    which a refusal never moves (ruling 15)."""
     fact = F.CommandRejected(
-        at=max(at, state.time), command_seq=seq, command_kind=kind, status_reason=reason,
+        at=state.time, command_seq=seq, command_kind=kind, status_reason=reason,
         **{key: value for key, value in names.items() if value is not None},
     )  # fmt: skip
     evolve(state, fact)

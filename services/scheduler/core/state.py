@@ -61,6 +61,11 @@ class State:
             self._saved.add(id(obj))
             self._journal.append((obj, obj.snapshot()))
 
+    def savepoint(self) -> Savepoint:
+        """Record from here on, inside a trial or not, so that what follows can be undone
+        alone (a refused command leaves no trace: ruling 15)."""
+        return Savepoint(self)
+
     def on_undo(self, undo: Callable[..., Any], *args: Any) -> None:
         if self._journal is not None:
             self._journal.append((undo, args))
@@ -194,11 +199,48 @@ class Trial:
         journal: list[tuple[Any, Any]] = self.state._journal or []
         self.state._journal = None
         self.state._saved = set()
-        if self.committed:
-            return
-        journal.reverse()  # undo the latest change first
-        for target, payload in journal:
-            if callable(target) and not hasattr(target, "restore"):
-                target(*payload)
-            else:
-                target.restore(payload)
+        if not self.committed:
+            _undo(journal)
+
+
+class Savepoint:
+    """A mark in the journal that nests in a trial: `undo()` takes back every change made
+    since it was taken, `keep()` keeps them (for an enclosing trial to undo, if any).
+
+    Objects saved before the mark are saved again after it (`_saved` starts afresh), so
+    undoing to the mark restores them as they were *at* the mark; an enclosing trial that
+    undoes everything replays both saves in reverse and ends at the older one."""
+
+    def __init__(self, state: State):
+        self.state = state
+        self.outer = state._journal
+        self.outer_saved = state._saved
+        self.mark = 0 if self.outer is None else len(self.outer)
+        if self.outer is None:
+            state._journal = []
+        state._saved = set()
+
+    def keep(self) -> None:
+        state = self.state
+        if self.outer is None:
+            state._journal, state._saved = None, set()
+        else:
+            state._saved = self.outer_saved | state._saved
+
+    def undo(self) -> None:
+        state = self.state
+        journal = state._journal or []
+        _undo(journal[self.mark:])
+        del journal[self.mark:]
+        if self.outer is None:
+            state._journal = None
+        state._saved = self.outer_saved if self.outer is not None else set()
+
+
+def _undo(entries: list[tuple[Any, Any]]) -> None:
+    """Apply a journal's inverse operations, the latest change first."""
+    for target, payload in reversed(entries):
+        if callable(target) and not hasattr(target, "restore"):
+            target(*payload)
+        else:
+            target.restore(payload)
