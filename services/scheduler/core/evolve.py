@@ -146,7 +146,7 @@ def _submitted(state: State, fact: F.JobSubmitted) -> None:
         job.client_token = fact.client_token
         state.put(state.client_tokens, (job.queue, fact.client_token), job.job_id)
     state.put(state.jobs, job.job_id, job)
-    _enqueue(state, job)
+    _enqueue(state, job, fact.at)
 
 
 @_case(F.JobPriorityUpdated)
@@ -159,7 +159,10 @@ def _priority(state: State, fact: F.JobPriorityUpdated) -> None:
     state.save(job)
     job.priority = fact.scheduling_priority
     if runnable:
-        _enqueue(state, job)  # marks the share if the job goes ahead of its head
+        _enqueue(state, job, fact.at)  # marks the share if the job goes ahead of its head
+        if was_head and share is not None and state.head(share) is not job:
+            _stop_head_clock(state, job)  # it fell behind: the new head's clock starts
+            _start_head_clock(state, queue, share, fact.at)
     # A head whose priority drops may no longer be the head; a dispatched job's new priority
     # changes who may preempt it inside its share.
     if share is not None and (was_head or (job.status.dispatched and share.in_share_preemption)):
@@ -183,6 +186,7 @@ def _dispatched(state: State, fact: F.JobDispatched) -> None:
     state.put(share.dispatched, job.job_id, job)
     add_usage(state, queue, share, job.need, +1)
     state.drop(state.blocked, job.job_id)
+    _start_head_clock(state, queue, share, fact.at)  # the job it leaves behind heads now
     for item in fact.borrowed:
         # The share is now over its limit in this unit: its jobs have become reclaim
         # candidates for waiting owners that need the unit, so look at those heads again.
@@ -202,7 +206,7 @@ def _preempted(state: State, fact: F.JobPreempted) -> None:
     if fact.outcome is PreemptionOutcome.REQUEUED:
         job.status = JobStatus.RUNNABLE
         job.status_reason = f"Preempted by job {fact.preemptor_job_id} ({fact.reason.value})"
-        _enqueue(state, job)
+        _enqueue(state, job, fact.at)
     else:
         job.status = JobStatus.FAILED
         job.status_reason = (
@@ -229,14 +233,15 @@ def _status(state: State, fact: F.JobStatusChanged) -> None:
             job.attempts_used += 1
         elif fact.cause is StatusCause.CAPACITY_BOUNCE:
             job.reason_code = "CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY"
-            job.reason_since = fact.at
-            state.block(job, state.queues[job.queue])  # for time limits
+            state.block(job, state.queues[job.queue])  # for time limits (clock: at the head)
         if not was_runnable:
-            _enqueue(state, job)
+            _enqueue(state, job, fact.at)
     elif was_runnable:  # a queued job left its queue (terminated, time limit, share deleted)
         queue = state.queues[job.queue]
-        if job.share in queue.shares:
+        share = queue.shares.get(job.share)
+        if share is not None:
             state.mark_dirty(queue, job.share)
+            _start_head_clock(state, queue, share, fact.at)
 
 
 @_case(F.ShareBlocked)
@@ -244,8 +249,8 @@ def _blocked(state: State, fact: F.ShareBlocked) -> None:
     job = state.jobs[fact.job_id]
     state.save(job)
     job.status_reason = fact.status_reason
-    if job.reason_code != fact.reason.value:
-        job.reason_since = fact.at
+    if job.reason_code != fact.reason.value or job.reason_since is None:
+        job.reason_since = fact.at  # a new reason (or a head whose clock had stopped)
     job.reason_code = fact.reason.value
     state.block(job, state.queues[fact.job_queue])
 
@@ -253,16 +258,50 @@ def _blocked(state: State, fact: F.ShareBlocked) -> None:
 # -- helpers ---------------------------------------------------------------------------------
 
 
-def _enqueue(state: State, job: Job) -> None:
-    share = state.queues[job.queue].shares.get(job.share)
+def _enqueue(state: State, job: Job, at: float) -> None:
+    queue = state.queues[job.queue]
+    share = queue.shares.get(job.share)
     if share is None:
         return
     entry = (-job.priority, job.seq, job.job_id)
-    head = state.head(share)
+    head = _head_besides(state, share, job)
     state.push(share.heap, entry)
-    # Equal keys: the entry of an undone trial for this very job is already there.
-    if head is None or entry <= (-head.priority, head.seq, head.job_id):
-        state.mark_dirty(state.queues[job.queue], share.name)
+    if head is None or entry < (-head.priority, head.seq, head.job_id):
+        state.mark_dirty(queue, share.name)  # it goes ahead: its share must look again
+        if head is not None:
+            _stop_head_clock(state, head)  # the head it displaces stops its clock
+        _start_head_clock(state, queue, share, at)
+
+
+def _head_besides(state: State, share: Share, job: Job) -> Job | None:
+    """The share's head among its other jobs, before `job` (re)joins it.  Entries of `job`
+    found on top are dropped (an undone trial can leave one with the very key it is about to
+    get; the push that follows puts its entry back)."""
+    while True:
+        head = state.head(share)
+        if head is not job:
+            return head
+        state.pop(share.heap)
+
+
+# Ruling 14: a job-state time limit counts time at the head only.  A RUNNABLE job with a
+# blocked reason (`reason_code`) has `reason_since` set exactly while it heads its share: the
+# clock stops when another job goes ahead of it and starts again from zero, at the fact that
+# makes it the head again.  No fact of its own is needed: the fold sees every change of head.
+
+
+def _stop_head_clock(state: State, job: Job) -> None:
+    if job.reason_since is not None:
+        state.save(job)
+        job.reason_since = None
+
+
+def _start_head_clock(state: State, queue: Queue, share: Share, at: float) -> None:
+    head = state.head(share)
+    if head is not None and head.reason_code is not None and head.reason_since is None:
+        state.save(head)
+        head.reason_since = at
+        state.block(head, queue)  # lowers the timers' bound if this limit comes first
 
 
 def _release(state: State, job: Job) -> None:

@@ -105,8 +105,9 @@ def _next_due(state: State, until: float) -> tuple[float, Job, str | None] | Non
 def _time_limit(state: State, queue_name: str, share_name: str, job: Job) -> tuple[int, str] | None:
     """(seconds, reason) if `job` heads its share now with a reason a time limit applies to.
 
-    The clock runs from when the job first waited with that reason (`reason_since`), even if
-    a higher-priority job went ahead of it for a while.
+    The clock (`reason_since`) runs only while the job is its share's head with that reason
+    (ruling 14): it stops when another job goes ahead and starts again from zero when the job
+    heads its share again (evolve.py keeps it).
     """
     queue = state.queues.get(queue_name)
     code = job.reason_code
