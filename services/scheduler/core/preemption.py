@@ -11,6 +11,10 @@ own limit in a contested unit, and stops taking from a share once it is back wit
 limit; if that frees too little, one job of an over-limit share that frees enough alone is
 taken even though its share ends below its limit (spec 3.5: accepted when unavoidable).
 In-share preemption (rule 5) takes only strictly lower-priority jobs of the same share.
+
+A preemptor waits for at most MAX_VICTIMS jobs: its `JobDispatched` names every victim, and
+every fact must fit one message on the bus (ruling 16).  A head that would need more waits
+(only fleets of thousands of one-instance jobs under one preemptor come near it).
 """
 
 from __future__ import annotations
@@ -20,6 +24,10 @@ from collections.abc import Callable
 from services.scheduler.core.accounting import Scratch
 from services.scheduler.core.entities import Environment, Job, Queue, Share
 from services.scheduler.core.ordering import cross_share_victim_order, in_share_victim_order
+
+MAX_VICTIMS = 1000
+"""The most jobs one preemption takes: 1000 job ids (at most 128 characters each) keep the
+preemptor's `JobDispatched` far below a bus message's 1 MiB."""
 
 
 def reclaim_victims(environment: Environment, queue: Queue, share: Share, head: Job) -> list[Job]:
@@ -115,7 +123,7 @@ def _search(
         single = _single_victim(environment, queue, share, head, ranked, victims, band)
         if single is not None:
             return [single]
-    return victims
+    return victims if len(victims) <= MAX_VICTIMS else []
 
 
 def _single_victim(
