@@ -102,10 +102,12 @@ class Stack:
                                       name=self.executor_name,
                                       state_dir=self.executor_state_dir,
                                       job_queue=self.executor_job_queue)  # fmt: skip
-            await catch_up(nc.jetstream(), executor)  # before its consumer resumes
-            await broker.start()
+            await catch_up(nc.jetstream(), executor, on_fatal=self._executor_lost)
+            self._exit.push_async_callback(executor.watch.stop)  # also if the start fails
+            await broker.start()  # its subscriber creates (or resumes) the durable consumer
             self._exit.push_async_callback(broker.stop)
             self._exit.push_async_callback(executor.close)  # first: reports while connected
+            await executor.watch.first_look()  # now it knows how to recreate it if deleted
             await executor.recover()
         return self
 
@@ -164,6 +166,11 @@ class Stack:
         elif not self.stop.is_set():
             log.error("the projector stopped; the scheduler and the executor run on",
                       db=self.projector_db, error=str(error))  # fmt: skip
+
+    def _executor_lost(self, error: BaseException) -> None:
+        """The executor's consumer is gone for good (watch.py said why): stop, non-zero."""
+        self.failed = self.failed or error
+        self.stop.set()
 
     async def _stop_projector(self) -> None:
         runner = self._projector_runner

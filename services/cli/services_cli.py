@@ -226,8 +226,12 @@ def executor_command(
                          executor_job_queue=job_queue) as stack:
             stop_on_signals(stack.stop)
             await stack.stop.wait()
+        return stack.failed  # its consumer lost for good (services/executors/watch.py)
 
-    asyncio.run(run())
+    failed = asyncio.run(run())
+    if failed is not None:
+        typer.echo(f"quotasched executor: {failed}", err=True)
+        raise typer.Exit(1)
 
 
 def projector_command(

@@ -9,6 +9,7 @@ import warnings
 
 from faststream import AckPolicy
 from faststream.nats import JStream, NatsBroker
+from faststream.nats.annotations import NatsMessage
 from nats.js.api import DeliverPolicy
 
 from events.base import NAME_PATTERN, NAME_RULE
@@ -54,9 +55,11 @@ def build_executor(broker: NatsBroker, kind: str, *, speed: float = 1.0, grace_s
     else:
         executor = ProcessExecutor(publish, grace_s=grace_s, ledger=ledger)
 
-    async def on_fact(fact: dict) -> None:  # FastStream hands over the decoded JSON object
+    async def on_fact(fact: dict, msg: NatsMessage) -> None:  # the decoded JSON object
         if fact.get("kind") in EXECUTOR_FACTS:
             await executor.on_fact(fact)
+        # Handled (acked next): a consumer recreated after a deletion resumes after it.
+        executor.handled_seq = max(executor.handled_seq, msg.raw_message.metadata.sequence.stream)
 
     # One durable push consumer per executor name, on purpose: an executor must see every
     # fact in order (FastStream warns that such a consumer does not scale horizontally).
@@ -73,17 +76,20 @@ def build_executor(broker: NatsBroker, kind: str, *, speed: float = 1.0, grace_s
     return executor
 
 
-async def catch_up(js, executor: Executor) -> int:
+async def catch_up(js, executor: Executor, on_fatal=None) -> int:
     """Before the executor's durable consumer resumes, feed `executor.learn` the facts an
     earlier executor of the same name was delivered (up to the consumer's last delivered
     sequence; the rest is delivered again): the submissions of jobs that are not over yet
     are needed to run them.  Returns how many facts were read (0 for a new consumer).
 
     Also starts watching the consumer (watch.py), from here on and until `executor.close`:
-    whoever starts an executor catches it up first, so none runs unwatched."""
+    whoever starts an executor catches it up first, so none runs unwatched; once its
+    subscriber has started, await `executor.watch.first_look()`.  `on_fatal(error)`: called
+    if the consumer is lost for good (the executor must then stop, non-zero)."""
     from nats.js.errors import NotFoundError
 
-    executor.watch = ConsumerWatch(js, executor.consumer).start()
+    executor.watch = ConsumerWatch(js, executor.consumer, on_fatal=on_fatal,
+                                   handled=lambda: executor.handled_seq).start()
 
     from services.scheduler.log import ALL_FACTS, read_log
 

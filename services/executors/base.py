@@ -68,6 +68,7 @@ class Executor:
         self.fact_filter = f"{FACTS_PREFIX}.>"  # what it reads: the log, or one job queue's
         self.running: dict[str, Attempt] = {}
         self.watch: Any = None  # the watch on its consumer (watch.ConsumerWatch), once started
+        self.handled_seq = 0  # the stream sequence of the last fact it handled (app.on_fact)
         self.started: set[tuple[str, int]] = set()
         # Left running by the previous executor: never started again (a dispatch it had not
         # acked is delivered again), reported FAILED by `recover`.

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from nats.js.api import DeliverPolicy
 from nats.js.errors import NotFoundError
 
 from events.subjects import FACTS_STREAM
@@ -41,14 +42,16 @@ async def succeeded(bus: Bus, job_id: str) -> bool:
     return reply.get("status") == "SUCCEEDED"
 
 
+async def delivered_through(js, seq: int) -> bool:
+    info = await js.consumer_info(FACTS_STREAM, EXECUTOR_CONSUMER)
+    return info.ack_floor.stream_seq >= seq
+
+
 async def said(process, *words: str) -> bool:
     """Has the process logged a line holding every one of `words`?"""
     return any(all(word in line for word in words) for line in process.output().splitlines())
 
 
-@pytest.mark.xfail(strict=True, reason="open: in this scenario the executor's ConsumerWatch "
-                   "never sees its consumer (consumer_info answers not found), so it cannot "
-                   "recreate it; a standalone run recovers (see the issue 17 report)")
 async def test_a_deleted_executor_consumer_is_reported_recreated_and_the_next_job_runs(
         nats_server, spawn):  # fmt: skip
     scheduler = spawn("scheduler")
@@ -60,6 +63,9 @@ async def test_a_deleted_executor_consumer_is_reported_recreated_and_the_next_jo
         await bus.publish(job("before"))
         await eventually(lambda: succeeded(bus, "before"), 30, what="the first job SUCCEEDED")
 
+        before_seq = (await bus.js.stream_info(FACTS_STREAM)).state.last_seq
+        await eventually(lambda: delivered_through(bus.js, before_seq), 30,
+                         what="the executor delivered every fact so far")  # fmt: skip
         await bus.js.delete_consumer(FACTS_STREAM, EXECUTOR_CONSUMER)  # as an admin may
         await eventually(lambda: said(executor, "consumer is gone", EXECUTOR_CONSUMER), 30,
                          what="the executor saying its consumer is gone")  # fmt: skip
@@ -67,6 +73,9 @@ async def test_a_deleted_executor_consumer_is_reported_recreated_and_the_next_jo
         await eventually(lambda: succeeded(bus, "after"), 30, what="the next job SUCCEEDED")
         info = await bus.js.consumer_info(FACTS_STREAM, EXECUTOR_CONSUMER)
         assert info.num_pending == 0
+        # Resumed after what it had handled (the first job's facts), not from the log's start.
+        assert info.config.deliver_policy == DeliverPolicy.BY_START_SEQUENCE
+        assert info.config.opt_start_seq > before_seq, info.config
     assert executor.popen.poll() is None, executor.output()[-2000:]
 
 
