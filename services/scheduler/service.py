@@ -38,6 +38,8 @@ from services.settings import Settings
 
 log = logs.get("quotasched.scheduler")
 
+CONSUMER_CHECK_S = 3.0  # how often a term asks whether its command consumer still exists
+
 
 class Scheduler(Writer):
     def __init__(self, nc: Client, settings: Settings, holder: str | None = None,
@@ -142,7 +144,8 @@ class Scheduler(Writer):
                                       shared=self.scope.token is not None).start()  # fmt: skip
         api = await self.nc.subscribe(api_subject(self.scope), queue="qm-api", cb=self._on_request)
         self.leading.set()
-        tasks = [asyncio.create_task(self._renew(stop)), asyncio.create_task(self._tick(stop))]
+        tasks = [asyncio.create_task(self._renew(stop)), asyncio.create_task(self._tick(stop)),
+                 asyncio.create_task(self._watch_consumer(stop))]  # fmt: skip
         self._handing_over = False
         try:
             await self._write(inbox, stop, tasks, appender)
@@ -219,6 +222,25 @@ class Scheduler(Writer):
             if self.members is not None and self.members.should_hand_over(self.partition):
                 self._handing_over = True
                 return
+
+    async def _watch_consumer(self, stop: asyncio.Event) -> None:
+        """If the term's command consumer disappears (deleted by an admin), the server just
+        stops delivering: say so and end the term, whose successor recreates it from the
+        last command the log records (a command published meanwhile is then decided)."""
+        durable = self.scope.durable
+        while not stop.is_set():
+            await sleep_or(stop, CONSUMER_CHECK_S)
+            if stop.is_set():
+                return
+            try:
+                await self.js.consumer_info(COMMANDS_STREAM, durable)
+            except NotFoundError:
+                log.error("the scheduler's command consumer is gone (deleted?); ending the term "
+                          "to recreate it", consumer=durable, stream=COMMANDS_STREAM,
+                          partition=self.partition)  # fmt: skip
+                raise SteppedDown(f"command consumer {durable} is gone") from None
+            except Exception:  # no answer now: the lease renewal judges the bus
+                continue
 
     async def _tick(self, stop: asyncio.Event) -> None:
         """Time is data: ticks go through the command stream, so timers replay too."""

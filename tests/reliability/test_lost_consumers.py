@@ -4,7 +4,8 @@ Against a real nats-server, scheduler, executor and projector: an operator (or a
 credentials may) deletes a component's consumer.  The server then simply stops delivering;
 the component used to log nothing, and for the executor the next job stayed SCHEDULED for
 good.  Now the executor and the projector log an error naming the consumer, recreate it, and
-go on: the next job runs, the next facts are projected.  (That a team's credentials cannot
+go on: the next job runs, the next facts are projected.  The scheduler ends its term when its
+command consumer is deleted, and the next term recreates it: a command sent after is decided.  (That a team's credentials cannot
 delete them at all: tests/reliability/test_permission_table.py, role pipeline-q-qs1, whose
 `CONSUMER.DELETE.QM_FACTS.executor-simulated` is refused.)
 """
@@ -17,7 +18,7 @@ import pytest
 from nats.js.api import DeliverPolicy
 from nats.js.errors import NotFoundError
 
-from events.subjects import FACTS_STREAM
+from events.subjects import COMMANDS_STREAM, FACTS_STREAM
 from services.client import Bus
 from services.client_commands import ClientError
 from tests.integration.helpers import eventually, publish_items, setup_commands
@@ -26,6 +27,7 @@ from tests.integration.test_failover import wait_leading
 pytestmark = [pytest.mark.nats, pytest.mark.slow]
 
 EXECUTOR_CONSUMER = "executor-simulated"
+SCHEDULER_CONSUMER = "scheduler-main"  # Partition.single("main").durable
 
 
 def job(job_id: str) -> dict:
@@ -112,3 +114,30 @@ async def test_a_deleted_projector_consumer_is_reported_recreated_and_projecting
         await bus.publish(job("after"))
         await eventually(at_the_end, 30, what="the projector at the log's end again")
     assert projector.popen.poll() is None, projector.output()[-2000:]
+
+
+async def decided(bus: Bus, job_id: str) -> bool:
+    try:
+        await bus.request("describe-service-job", jobId=job_id)
+    except ClientError:  # not decided yet
+        return False
+    return True
+
+
+async def test_a_deleted_scheduler_command_consumer_ends_the_term_and_a_later_command_is_decided(
+        nats_server, spawn):  # fmt: skip
+    scheduler = spawn("scheduler")
+    async with Bus(nats_server.url) as bus:
+        await wait_leading(scheduler)
+        await publish_items(bus, setup_commands("lq", shares=[("alpha", 1, "RESERVE", "DISABLED")],
+                                                capacity=1))  # fmt: skip
+        await bus.publish(job("before"))
+        await eventually(lambda: decided(bus, "before"), 30, what="the first job decided")
+
+        await bus.js.delete_consumer(COMMANDS_STREAM, SCHEDULER_CONSUMER)  # as an admin may
+        await bus.publish(job("after"))  # stored, but nobody consumes it now
+        await eventually(lambda: said(scheduler, "command consumer is gone", SCHEDULER_CONSUMER),
+                         30, what="the scheduler saying its command consumer is gone")
+        await eventually(lambda: decided(bus, "after"), 30, what="the later job decided")
+        await bus.js.consumer_info(COMMANDS_STREAM, SCHEDULER_CONSUMER)  # recreated
+    assert scheduler.popen.poll() is None, scheduler.output()[-2000:]
