@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import secrets
 import time
 
 from nats.aio.client import Client
@@ -38,6 +39,7 @@ from services.settings import Settings
 
 log = logs.get("quotasched.scheduler")
 
+TICK = b'{"kind":"Tick"}'
 CONSUMER_CHECK_S = 3.0  # how often a term asks whether its command consumer still exists
 
 
@@ -255,10 +257,30 @@ class Scheduler(Writer):
                 return
             slot = int(time.time() / interval)
             try:
-                await self.js.publish(subject, b'{"kind":"Tick"}', stream=COMMANDS_STREAM,
-                                      headers={"Nats-Msg-Id": f"tick:{self.partition}:{slot}"})  # fmt: skip
+                await self._publish_tick(subject, slot)
             except Exception as error:  # a missed tick only delays timers to the next one
                 log.warning("tick not published", error=str(error))
+
+    async def _publish_tick(self, subject: str, slot: int) -> None:
+        """One Tick per slot, under the id `tick:<partition>:<slot>`, so that two leaders of a
+        hand-over store it once.  That id is predictable: a team may send its own command
+        carrying it (NATS permissions cannot police headers), and the stream's dedup window
+        would drop the real Tick, and every later one so forged, so timers would never fire.
+        So a duplicate must be the scheduler's own Tick; if not, publish again under an id
+        nobody can predict, and say which stored message took the id."""
+        msg_id = f"tick:{self.partition}:{slot}"
+        ack = await self.js.publish(subject, TICK, stream=COMMANDS_STREAM,
+                                    headers={"Nats-Msg-Id": msg_id})  # fmt: skip
+        if not ack.duplicate:
+            return
+        taken = await self.js.get_msg(COMMANDS_STREAM, ack.seq)
+        if taken.subject == subject and taken.data == TICK:
+            return  # a Tick of this slot is stored already (another leader's)
+        log.warning("a Tick's message id was taken by another message; published it again "
+                    "under an unpredictable id", partition=self.partition, msg_id=msg_id,
+                    offending_seq=ack.seq, offending_subject=taken.subject)  # fmt: skip
+        await self.js.publish(subject, TICK, stream=COMMANDS_STREAM,
+                              headers={"Nats-Msg-Id": f"{msg_id}:{secrets.token_hex(8)}"})
 
     async def _on_request(self, msg) -> None:
         """Read answers from the decided state (it may be one batch ahead of the log)."""

@@ -14,6 +14,7 @@ import asyncio
 import json
 import os
 import subprocess
+import time
 
 import nats
 import pytest
@@ -150,7 +151,8 @@ async def test_each_role_can_do_only_its_job(secured, spawn, tmp_path):
                 (command_subject("UpdateServiceJob", "q", "qs2"), b'{"kind":"UpdateServiceJob"}'),
                 (command_subject("ReportJobStatus", "q", "qs1"), b'{"kind":"ReportJobStatus"}'),
                 (command_subject("CreateServiceEnvironment"), b"{}"),
-                ("qm.fact.q.qs1.JobDispatched", b"{}"),  # forging a fact
+                ("qm.fact.q.qs1.JobDispatched", b"{}"),  # forging a fact (or a fact's id)
+                (command_subject("Tick"), b'{"kind":"Tick"}'),  # the scheduler's clock
             ]  # fmt: skip
             for subject, payload in refused:
                 await pipeline.refused_publish(subject, payload)
@@ -314,3 +316,49 @@ def test_the_embedded_server_listens_on_loopback_only(nats_server):
     assert listening, "no listening socket found for the server"
     loopback = {"0100007F", "00000000000000000000000001000000"}  # 127.0.0.1, ::1
     assert set(listening) <= loopback, f"listens beyond loopback: {listening}"
+
+
+async def test_a_team_forging_the_next_tick_ids_does_not_stop_the_timers(secured, spawn):
+    """The scheduler's Tick carries the id `tick:<partition>:<slot>`; a team may send its own
+    submission with the next slots' ids (headers are not policed).  The stream's dedup window
+    then dropped every real Tick as a duplicate, and a running job's attempt timeout never
+    fired.  Now the scheduler sees that the stored duplicate is not its Tick, says which
+    message it is, and ticks under an id nobody can predict: the timeout fires."""
+    server, creds = secured
+    anonymous = {"QUOTASCHED_NATS_URL": server.url}
+    scheduler = spawn("scheduler", **anonymous, **without_url(creds["scheduler"]))
+    await wait_leading(scheduler)
+    spawn("executor", "--speed", "1", **anonymous, **without_url(creds["executor"]))
+    async with Client(creds["admin"]) as admin, Client(creds["pipeline-q-qs1"]) as pipeline:
+        lines = [line for line in NOTEBOOK.read_text().splitlines() if line.strip()][:6]
+        for line in lines:
+            subject = subject_for_command(decode_command(line))
+            ack = await admin.js.publish(subject, line.encode(), stream=COMMANDS_STREAM)
+        await wait_decided(admin.js, ack.seq, processes=[scheduler])
+        timed = {**json.loads(submit("timed")), "tags": {"duration": "600"},
+                 "timeoutConfig": {"attemptDurationSeconds": 5}}  # fmt: skip
+        own = command_subject("SubmitServiceJob", "q", "qs1")
+        await pipeline.js.publish(own, json.dumps(timed).encode(), stream=COMMANDS_STREAM)
+
+        async def status(job_id: str) -> str | None:
+            reply = await pipeline.nc.request("qm.api.q.describe-service-job",
+                                              json.dumps({"jobId": job_id}).encode(), timeout=5.0)
+            return json.loads(reply.data).get("status")
+
+        await eventually(lambda: _is(status("timed"), "RUNNING"), 30, what="the job RUNNING")
+        # The ids of every Tick of the next 90 s (the fixture ticks every 0.5 s), taken first.
+        interval = 0.5
+        first = int(time.time() / interval)
+        forged = 0
+        for slot in range(first, first + int(90 / interval)):
+            ack = await pipeline.js.publish(own, submit("forged"), stream=COMMANDS_STREAM,
+                                            headers={"Nats-Msg-Id": f"tick:main:{slot}"})
+            forged += not ack.duplicate  # a Tick of this slot may have come first
+        assert forged > 100
+        await eventually(lambda: _is(status("timed"), "FAILED"), 60,
+                         what="the job FAILED by its attempt timeout")  # fmt: skip
+    assert "Tick's message id was taken" in scheduler.output()
+
+
+async def _is(value, expected) -> bool:
+    return await value == expected
