@@ -20,7 +20,7 @@ from nats.js.errors import NotFoundError
 
 from events.subjects import COMMANDS_STREAM, FACTS_STREAM, LEASES_BUCKET
 from services.scheduler.core import State, step_raw
-from services.scheduler.log import ALL_FACTS, read_log
+from services.scheduler.log import ALL_FACTS, read_log, read_messages, sequence_and_time
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -99,7 +99,8 @@ class _Pool:
         return len(self.items)
 
 
-def generate_workload(seed: int, count: int, queue: str = "fq") -> list[Item]:
+def generate_workload(seed: int, count: int, queue: str = "fq",
+                      shares: Iterable[tuple[str, int, str, str]] | None = None) -> list[Item]:
     """`count` job commands after the set-up: submissions, priority updates, executor reports
     (STARTING / RUNNING / SUCCEEDED / FAILED for attempts that really are live) and a few
     terminations, across four shares.  Same seed, same list.
@@ -111,7 +112,7 @@ def generate_workload(seed: int, count: int, queue: str = "fq") -> list[Item]:
     submission: it is decided with at least one fact, which tells a test the run is complete.
     """
     rng = random.Random(seed)
-    items = setup_commands(queue)
+    items = setup_commands(queue, shares)
     setup = len(items)
     shares = [command["quotaShareName"] for command, _ in items
               if command["kind"] == "CreateQuotaShare"]  # fmt: skip
@@ -176,15 +177,38 @@ def generate_workload(seed: int, count: int, queue: str = "fq") -> list[Item]:
     return items
 
 
-def offline_facts(items: list[Item], seqs: list[int] | None = None) -> list[dict[str, Any]]:
-    """The facts the core gives for `items` with command seqs 1, 2, ... (a fresh stream), or
-    with the given stream sequences."""
+def offline_facts(items: list[Item], seqs: list[int] | None = None,
+                  times: list[float] | None = None) -> list[dict[str, Any]]:  # fmt: skip
+    """The facts `quotasched replay` gives for `items` with command seqs 1, 2, ... (a fresh
+    stream), or with the given stream sequences.  `times`: each command's stream timestamp,
+    which is its time on the bus (ruling 15), replacing the `at` the item was published with."""
     state = State()
     out = []
-    for seq, (command, _) in zip(seqs or itertools.count(1), items):
+    for index, (seq, (command, _)) in enumerate(zip(seqs or itertools.count(1), items)):
+        if times is not None:
+            command = {**command, "at": times[index]}
         out.extend(json.loads(fact.model_dump_json(by_alias=True))
                    for fact in step_raw(state, json.dumps(command), seq))  # fmt: skip
     return out
+
+
+async def stream_times(js, seqs: Iterable[int]) -> list[float]:
+    """The command stream's timestamp of each of `seqs`, in that order."""
+    wanted = list(seqs)
+    if not wanted:
+        return []
+    times: dict[int, float] = {}
+    async for msg in read_messages(js, "qm.cmd.>", min(wanted), max(wanted),
+                                   stream=COMMANDS_STREAM):  # fmt: skip
+        seq, stamp = sequence_and_time(msg)
+        times[seq] = stamp
+    return [times[seq] for seq in wanted]
+
+
+async def replayed_as_live(js, items: list[Item], seqs: list[int] | None = None) -> list[dict]:
+    """`offline_facts` of `items` at the times the bus gave them (stored as `seqs`, or 1..n)."""
+    seqs = seqs or list(range(1, len(items) + 1))
+    return offline_facts(items, seqs, await stream_times(js, seqs))
 
 
 async def publish_items(bus, items: list[Item],

@@ -29,9 +29,9 @@ from tests.integration.helpers import (
     assert_decided_once,
     assert_same_facts,
     generate_workload,
-    offline_facts,
     publish_items,
     read_facts,
+    replayed_as_live,
     setup_commands,
     wait_decided,
     wait_quiet,
@@ -62,7 +62,6 @@ async def test_scheduler_and_projector_killed_at_random_points(tmp_path, nats_se
     random moments, while commands arrive steadily."""
     seed = 20261130
     items = generate_workload(seed=seed, count=COMMANDS)
-    expected = offline_facts(items)
     rng = random.Random(seed)
     db = tmp_path / "killed.duckdb"
     scheduler = spawn("scheduler", **FAST_LEASE)
@@ -112,6 +111,7 @@ async def test_scheduler_and_projector_killed_at_random_points(tmp_path, nats_se
         facts = await read_facts(bus.js)
 
         context = f"scheduler kills (commands published, seconds after leading) {kills}:"
+        expected = await replayed_as_live(bus.js, items, published)
         assert_same_facts(facts, expected, drop=(), context=context)
         assert_decided_once(facts)
         assert len(kills) == SCHEDULER_KILLS
