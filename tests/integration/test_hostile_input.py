@@ -14,12 +14,14 @@ import json
 import pytest
 
 from events.subjects import COMMANDS_STREAM, command_subject
+from services.bus import last_sequence
 from services.client import Bus
 from tests.integration.helpers import (
     NOTEBOOK,
     api_ready,
     assert_alive,
     describe_process,
+    eventually,
     logged,
     read_facts,
     wait_decided,
@@ -194,3 +196,88 @@ async def test_undecodable_500_kb_whose_rejection_outgrows_the_message_limit(nat
     assert [fact["kind"] for fact in rejected] == ["CommandRejected"]
     decided = [fact["kind"] for fact in facts if fact["commandSeq"] == valid]
     assert decided == ["SchedulingPolicyCreated"]
+
+
+async def test_a_valid_looking_submission_just_under_the_message_limit_cannot_stop_scheduling(
+        nats_server, spawn):  # fmt: skip
+    """Issue 17, break 1: one tag whose key is ~1 MB fits the 1 MiB message limit, and its
+    `JobSubmitted` fact would not; the old scheduler accepted it, could never append the fact,
+    and stepped down and retried forever, so no team's command was decided again.  Every field
+    now has a bound (AWS's tag limits here): the message is refused naming the limit, and the
+    next team's command is decided as usual."""
+    scheduler = spawn("scheduler")
+    async with Bus(nats_server.url) as bus:
+        await api_ready(bus)
+        await wait_decided(bus.js, await setup(bus))
+        wedge = raw(submit(jobId="wedge", tags={"k" * 1_000_000: "v"}))
+        assert len(wedge) < 1024 * 1024  # the server takes it: the command stream has it
+        ack = await bus.js.publish(SUBMIT, wedge, stream=COMMANDS_STREAM)
+        huge = await bus.js.publish(SUBMIT, raw(submit(jobId="huge", capacityUsage=[
+            {"capacityUnit": G5, "quantity": 2**63}])), stream=COMMANDS_STREAM)  # fmt: skip
+        canary = await bus.publish(other_share_submit("canary", "qs2"))
+        await wait_decided(bus.js, canary, timeout=30, processes=[scheduler])
+        facts = await read_facts(bus.js)
+        assert_alive(scheduler)
+    by_seq: dict[int, dict] = {}
+    for fact in facts:
+        by_seq.setdefault(fact["commandSeq"], fact)  # each command's first fact
+    assert by_seq[ack.seq]["kind"] == "CommandRejected"
+    assert "tags" in by_seq[ack.seq]["statusReason"]
+    assert "128" in by_seq[ack.seq]["statusReason"]
+    assert by_seq[huge.seq]["kind"] == "CommandRejected"
+    assert "1000000" in by_seq[huge.seq]["statusReason"]
+    assert by_seq[canary]["kind"] == "JobSubmitted"
+    assert max(len(json.dumps(fact)) for fact in facts) < 256 * 1024
+
+
+def other_share_submit(job_id: str, share: str) -> dict:
+    return submit(jobId=job_id, jobName=job_id, quotaShareName=share)
+
+
+async def test_a_clients_at_never_moves_the_clock_nor_fails_another_teams_job(nats_server, spawn):
+    """Issue 17, break 2 (spec ruling 15): `{"at": 1e15}` on a team's own subject was refused,
+    but the refusal moved the clock to 1e15 and the next Tick failed another team's running job
+    with ATTEMPT_TIMEOUT; `"at": 1.7e308` broke every read ("cannot convert float infinity to
+    integer").  On the bus the stream's timestamp is a command's time: a refused message changes
+    nothing, and even an accepted command's `at` is ignored."""
+    scheduler = spawn("scheduler")
+    async with Bus(nats_server.url) as bus:
+        await api_ready(bus)
+        await wait_decided(bus.js, await setup(bus))
+        runner = await bus.publish(submit(jobId="other-team", jobName="other-team",
+                                          quotaShareName="qs3",
+                                          timeoutConfig={"attemptDurationSeconds": 3600}))
+        await wait_decided(bus.js, runner)
+        attacks = [await bus.js.publish(SUBMIT, payload, stream=COMMANDS_STREAM) for payload in (
+            raw({"at": 1e15}), raw({"at": 1.7e308}), raw(submit(jobId="late", at=5e9)),
+            raw(submit(jobId="far", at=1.7e308)), raw({"kind": "Tick", "at": 1e15}),
+        )]  # fmt: skip
+        # The scheduler ticks every second: two of its Ticks after the attacks have had every
+        # chance to fire a timer the attacks could have brought forward.
+        after = attacks[-1].seq
+        for _ in range(2):
+            after = await eventually(lambda: tick_after(bus.js, after), 30, what="a Tick")
+        canary = await bus.publish(other_share_submit("canary", "qs2"))
+        await wait_decided(bus.js, canary, timeout=30, processes=[scheduler])
+        other = await bus.request("describe-service-job", jobId="other-team")
+        listed = await bus.request("list-service-jobs", jobQueue="q", jobStatus="ALL")
+        facts = await read_facts(bus.js)
+        assert_alive(scheduler)
+    assert other["status"] in ("SCHEDULED", "STARTING", "RUNNING"), other
+    assert {job["jobId"] for job in listed["jobSummaryList"]} >= {"victim", "other-team"}
+    now = max(fact["at"] for fact in facts)
+    assert now < 1e10, f"the clock moved to {now}"
+    assert not [fact for fact in facts if fact.get("cause") == "ATTEMPT_TIMEOUT"]
+    by_seq = {}
+    for fact in facts:
+        by_seq.setdefault(fact["commandSeq"], []).append(fact)
+    late = by_seq.get(attacks[2].seq, [])
+    assert late and late[0]["kind"] == "JobSubmitted" and late[0]["at"] < 4e9  # `at` ignored
+    for attack in (0, 1, 3, 4):
+        assert [fact["kind"] for fact in by_seq[attacks[attack].seq]] == ["CommandRejected"]
+
+
+async def tick_after(js, seq: int) -> int | None:
+    """The stream sequence of the scheduler's last Tick, once it is later than `seq`."""
+    last = await last_sequence(js, "qm.cmd.*.*.Tick", COMMANDS_STREAM)
+    return last if last > seq else None

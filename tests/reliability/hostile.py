@@ -1,4 +1,10 @@
-"""Hypothesis strategies for hostile command messages: (subject, payload bytes).
+"""Hostile command messages: (subject, payload bytes).
+
+`hostile_message`, a Hypothesis strategy: anything at all, refused or applied.  `refused_message`:
+what a hostile team may publish on its own subjects that the spec refuses by construction (for
+tests and the soak that require the hostile messages to have had no effect on anyone).
+
+The strategy:
 
 Wrong types, huge and negative numbers, unicode, huge and empty names, deep JSON, raw bytes,
 duplicate job ids, unknown queues and shares, out-of-order and stale attempt reports, and
@@ -11,6 +17,7 @@ are common.
 from __future__ import annotations
 
 import json
+import random
 from typing import Any
 
 from hypothesis import strategies as st
@@ -178,3 +185,72 @@ def setup_messages() -> list[tuple[str, bytes]]:
         share = command.get("quotaShareName")
         out.append((command_subject(command["kind"], queue, share), json.dumps(command).encode()))
     return out
+
+
+# -- refused by construction ------------------------------------------------------------------
+
+NEAR_LIMIT = 1024 * 1024 - 2048  # the server's max_payload is 1 MiB
+OUT_OF_BOUNDS = [
+    {"schedulingPriority": 10_000}, {"schedulingPriority": -1},
+    {"capacityUsage": [{"capacityUnit": G5, "quantity": 0}]},
+    {"capacityUsage": [{"capacityUnit": G5, "quantity": 1.5}]},
+    {"capacityUsage": [{"capacityUnit": G5, "quantity": 2**63}]},
+    {"capacityUsage": [{"capacityUnit": G5, "quantity": 1_000_001}]},
+    {"jobName": "a.b"}, {"jobName": "x" * 129}, {"gpuCount": 8},
+    {"tags": {"k" * 129: "v"}}, {"tags": {"k": "v" * 257}},
+    {"tags": {f"k{i}": "v" for i in range(51)}}, {"clientToken": "t" * 65},
+    {"timeoutConfig": {"attemptDurationSeconds": 0}}, {"retryStrategy": {"attempts": 11}},
+    {"shareIdentifier": "s"}, {"capacityUsage": None},
+    {"serviceRequestPayload": {"ResourceConfig": {"InstanceType": G5, "InstanceCount": 2**63}},
+     "capacityUsage": None},
+]  # fmt: skip
+"""One field out of the spec's bounds each (section 1.6, ruling 16)."""
+
+
+def refused_message(rng: random.Random, team: tuple[str, str], other_share: str,
+                    others_jobs: list[str], near_limit: float = 0.05) -> tuple[str, str, bytes]:
+    """(class, subject, payload): a message the team (queue, share) may publish on its own
+    subjects, which the spec refuses: undecodable bytes, a field out of bounds, a valid-looking
+    message just under the 1 MiB limit (`near_limit` of them), a clock attack, or a command
+    about another team's job (`others_jobs`) or share (`other_share`)."""
+    queue, share = team
+
+    def subject(kind: str) -> str:
+        return command_subject(kind, queue, share)
+
+    def submission(**fields: Any) -> dict[str, Any]:
+        return {"kind": "SubmitServiceJob", "jobName": "h", "jobQueue": queue,
+                "quotaShareName": share, "capacityUsage": _usage(), **fields}  # fmt: skip
+
+    tag = rng.randrange(10**9)
+    roll = rng.random()
+    if roll < 0.15:
+        payload = rng.choice([b"", b"\xff\xfe\x00 binary", b"[1, 2]", b'"Submit"', b"{",
+                              b"[" * 5000 + b"]" * 5000, rng.randbytes(64)])
+        return "undecodable", subject("SubmitServiceJob"), payload
+    if roll < 0.40:
+        return "out of bounds", subject("SubmitServiceJob"), json.dumps(
+            submission(jobId=f"oob-{tag}", **rng.choice(OUT_OF_BOUNDS))).encode()
+    if roll < 0.40 + near_limit:
+        field = rng.choice(["tags", "jobName", "serviceRequestPayload"])
+        filler = "k" * (NEAR_LIMIT - 400)
+        extra = {"capacityUsage": None} if field == "serviceRequestPayload" else {}
+        value = {filler: "v"} if field == "tags" else filler
+        payload = json.dumps(submission(jobId=f"big-{tag}", **{field: value, **extra})).encode()
+        return "near the limit", subject("SubmitServiceJob"), payload
+    if roll < 0.55 + near_limit:
+        payload = rng.choice([
+            {"at": 1e15}, {"at": 1.7e308, "kind": "Tick"}, {"kind": "Tick", "at": 1e15},
+            submission(jobId=f"late-{tag}", at=1.7e308), submission(jobId=f"neg-{tag}", at=-5),
+        ])  # fmt: skip
+        return "clock attack", subject("SubmitServiceJob"), json.dumps(payload).encode()
+    job = rng.choice(others_jobs) if others_jobs else "nobody"
+    kind, command = rng.choice([
+        ("UpdateServiceJob", {"kind": "UpdateServiceJob", "jobId": job,
+                              "schedulingPriority": 9999}),
+        ("TerminateServiceJob", {"kind": "TerminateServiceJob", "jobId": job, "reason": "mine"}),
+        ("SubmitServiceJob", submission(jobId=f"smuggled-{tag}", quotaShareName=other_share)),
+        ("UpdateServiceJob", {"kind": "UpdateServiceJob", "jobId": f"ghost-{tag}",
+                              "schedulingPriority": 1}),
+    ])  # fmt: skip
+    return "other teams' jobs", subject(kind), json.dumps(command).encode()
