@@ -11,10 +11,15 @@ SIGKILL of the projector, a few SIGKILL of nats-server itself (restarted on the 
 and a few full disks: the server's store (`max_file_store`, STORE_LIMIT) is filled by a filler
 stream until writes are refused, left full for a few seconds, then freed; the scheduler must
 stall, say "disk full", and decide every waiting command once space is back.
+All along, a hostile tenant (share delta's pipeline) publishes messages the spec refuses
+(tests/reliability/hostile.refused_message: undecodable, out of bounds, just under the 1 MiB
+limit, clock attacks, commands about other teams' jobs), one per --hostile-every honest ones.
 At the end it checks what the suite checks, and prints a summary:
 
-  - the fact log equals the core's offline decision of the same commands (nothing lost,
-    nothing duplicated, even the logical times agree), every command decided once;
+  - the honest commands' facts equal `replay` of the honest commands alone, at the times the
+    stream stamped them (nothing lost, nothing duplicated, even the logical times agree, and
+    the hostile messages changed nothing), every command decided once;
+  - every hostile message that was stored got exactly one CommandRejected;
   - the projector's DuckDB file equals a clean rebuild of that log.
 
 Exit status 0 when every check holds, 1 otherwise.
@@ -30,12 +35,14 @@ import random
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from nats.js.api import StreamConfig  # noqa: E402
+from nats.errors import TimeoutError as NatsTimeout  # noqa: E402
 from nats.js.errors import APIError  # noqa: E402
 
 from services.bus import STORAGE_CODES  # noqa: E402
@@ -50,8 +57,8 @@ from tests.integration.helpers import (  # noqa: E402
     eventually,
     generate_workload,
     holder_of,
-    offline_facts,
     read_facts,
+    replayed_as_live,
     wait_decided,
 )
 from tests.integration.test_projector_live import (  # noqa: E402
@@ -60,6 +67,7 @@ from tests.integration.test_projector_live import (  # noqa: E402
     rebuilt_checksums,
     write_fact_file,
 )
+from tests.reliability.hostile import refused_message  # noqa: E402
 from tests.reliability.support import publish_retrying  # noqa: E402
 
 
@@ -123,7 +131,7 @@ class Soak:
         """Fill the store until the server refuses writes for lack of storage, keep it full
         for a few seconds (commands wait, new ones are refused), then free it."""
         await js.add_stream(StreamConfig(name=FILLER, subjects=["soak.filler"]))
-        chunk = b"\0" * (1 << 20)
+        chunk = b"\0" * ((1 << 20) - 4096)  # under max_payload with the publish headers
         for _ in range(2 * STORE_LIMIT // len(chunk)):
             try:
                 await js.publish("soak.filler", chunk, stream=FILLER, timeout=10)
@@ -131,6 +139,8 @@ class Soak:
                 if error.err_code in STORAGE_CODES:
                     break
                 raise
+            except (asyncio.TimeoutError, NatsTimeout):  # a full store may answer nothing
+                break
         await asyncio.sleep(self.rng.uniform(1.0, 4.0))
         await js.delete_stream(FILLER)
 
@@ -145,10 +155,35 @@ class Soak:
         self.server.stop()
 
 
-async def soak(faults: int, commands: int, seed: int, root: Path) -> bool:
+HOSTILE_TEAM = ("fq", "delta")
+
+
+async def publish_hostile(js, rng: random.Random, items, every: int, published: list[int],
+                          stored: dict[int, str], stop: asyncio.Event) -> None:  # fmt: skip
+    """One refused-by-construction message per `every` honest commands published, each with a
+    message id and retried until stored (a server kill may lose the ack, not the message)."""
+    others = [command["jobId"] for command, _ in items if command["kind"] == "SubmitServiceJob"
+              and command["quotaShareName"] != HOSTILE_TEAM[1]]  # fmt: skip
+    sent = 0
+    while not stop.is_set():
+        if len(published) < (sent + 1) * every:
+            await asyncio.sleep(0.01)
+            continue
+        kind, subject, payload = refused_message(rng, HOSTILE_TEAM, "alpha", others, 0.01)
+        sent += 1
+        while True:
+            try:
+                ack = await js.publish(subject, payload, stream="QM_COMMANDS", timeout=5,
+                                       headers={"Nats-Msg-Id": f"hostile-{sent}"})  # fmt: skip
+                break
+            except Exception:  # the server is down or full: try again, as a client would
+                await asyncio.sleep(0.2)
+        stored[ack.seq] = kind
+
+
+async def soak(faults: int, commands: int, seed: int, root: Path, hostile_every: int) -> bool:
     began = time.monotonic()
     items = generate_workload(seed=seed, count=commands)
-    expected = offline_facts(items)
     run = Soak(root, seed)
     try:
         await run.leading()
@@ -162,6 +197,10 @@ async def soak(faults: int, commands: int, seed: int, root: Path) -> bool:
                     await asyncio.sleep(0.1)
 
             publisher = asyncio.create_task(publish_retrying(bus.js, items, pace, published))
+            hostile: dict[int, str] = {}
+            done = asyncio.Event()
+            tenant = asyncio.create_task(publish_hostile(
+                bus.js, random.Random(seed + 1), items, hostile_every, published, hostile, done))
             for number in range(1, faults + 1):
                 kind = await run.inject(bus.js)
                 if number % 10 == 0:
@@ -170,14 +209,26 @@ async def soak(faults: int, commands: int, seed: int, root: Path) -> bool:
                 await asyncio.sleep(run.rng.uniform(0.0, 1.5))
             steady.clear()
             seqs = await publisher
+            done.set()
+            await tenant
             await run.leading()
-            await wait_decided(bus.js, seqs[-1], timeout=300, processes=[run.scheduler])
+            last_seq = max(seqs[-1], *hostile) if hostile else seqs[-1]
+            await wait_decided(bus.js, last_seq, timeout=300, processes=[run.scheduler])
             facts = await read_facts(bus.js)
+            expected = await replayed_as_live(bus.js, items, seqs)
+            honest = set(seqs)
+            kinds: dict[int, list[str]] = {}
+            for fact in facts:
+                kinds.setdefault(fact["commandSeq"], []).append(fact["kind"])
             checks = {}
             for name, check in (
-                ("commands stored once each", lambda: seqs == list(range(1, len(items) + 1))),
-                ("fact log equals the offline decision", lambda: assert_same_facts(
-                    facts, expected, drop=(), context="soak:") or True),
+                ("honest commands stored once each", lambda: len(honest) == len(items)),
+                ("honest facts equal replay of the honest commands alone", lambda: assert_same_facts(
+                    [f for f in facts if f["commandSeq"] in honest], expected, drop=(),
+                    context="soak:") or True),
+                ("every hostile message refused alone", lambda: all(
+                    kinds.get(seq) == ["CommandRejected"] for seq in hostile)),
+                ("no fact from anything else", lambda: set(kinds) <= honest | set(hostile)),
                 ("every command decided once", lambda: assert_decided_once(facts) or True),
             ):  # fmt: skip
                 try:
@@ -209,6 +260,8 @@ async def soak(faults: int, commands: int, seed: int, root: Path) -> bool:
           f"commands with facts lost: {lost}; "
           f"duplicated facts: {duplicated}; "
           f"'disk full' errors logged: {run.disk_full_lines()}; "
+          f"hostile messages refused: {len(hostile)} "
+          f"({', '.join(f'{n} {kind}' for kind, n in Counter(hostile.values()).items())}); "
           f"{time.monotonic() - began:.0f} s")  # fmt: skip
     for name, passed in checks.items():
         print(f"  {'ok  ' if passed else 'FAIL'} {name}")
@@ -220,10 +273,12 @@ def main() -> None:
     parser.add_argument("--faults", type=int, default=100)
     parser.add_argument("--commands", type=int, default=20_000)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--hostile-every", type=int, default=10,
+                        help="one hostile message per this many honest commands")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="quotasched-soak-"))
-    ok = asyncio.run(soak(args.faults, args.commands, args.seed, root))
+    ok = asyncio.run(soak(args.faults, args.commands, args.seed, root, args.hostile_every))
     if args.keep:
         print(f"logs and stores kept in {root}")
     else:
