@@ -239,7 +239,8 @@ class Savepoint:
 
 def _undo(entries: list[tuple[Any, Any]]) -> None:
     """Apply a journal's inverse operations, the latest change first."""
-    for target, payload in reversed(entries):
+    for index in range(len(entries) - 1, -1, -1):  # (mypyc cannot compile reversed() here)
+        target, payload = entries[index]
         if callable(target) and not hasattr(target, "restore"):
             target(*payload)
         else:
