@@ -869,3 +869,42 @@ def test_a_time_limit_for_a_misconfiguration_does_not_fire_on_a_head_that_only_w
     c.submit("s2", "S", at=0)
     assert c.tick(5000) == []
     assert c.status("s2") == "RUNNABLE"
+
+
+# -- borrow ceilings: borrowLimit percent of the share's own limit, rounded down -------------
+
+
+def ceiling_fleet(limit: int, percent: int) -> Cluster:
+    """SE 10 g5; A LEND_AND_BORROW `limit` g5 borrowing `percent` %, B LEND 6 g5 (idle)."""
+    c = Cluster()
+    c.environment(g5=10)
+    c.queue()
+    c.share("A", "LEND_AND_BORROW", borrow=percent, g5=limit)
+    c.share("B", "LEND", g5=6)
+    return c
+
+
+def fill(c: Cluster, share: str, count: int) -> list[str]:
+    """Submit `count` one-instance jobs to `share`; the ids of those dispatched."""
+    out = []
+    for index in range(count):
+        out += dispatched_ids(c.submit(f"{share}{index}", share))
+    return out
+
+
+def test_a_50_percent_ceiling_of_3_instances_lets_the_share_borrow_1_not_2():
+    c = ceiling_fleet(3, 50)  # 1.5 rounds down to 1
+    assert fill(c, "A", 6) == ["A0", "A1", "A2", "A3"]
+    assert c.usage("A") == 4 and c.status("A4") == "RUNNABLE"
+
+
+def test_a_50_percent_ceiling_of_1_instance_lets_the_share_borrow_nothing():
+    c = ceiling_fleet(1, 50)  # 0.5 rounds down to 0
+    assert fill(c, "A", 3) == ["A0"]
+    assert c.usage("A") == 1
+
+
+def test_a_150_percent_ceiling_of_3_instances_lets_the_share_borrow_4():
+    c = ceiling_fleet(3, 150)  # 4.5 rounds down to 4
+    assert fill(c, "A", 9) == [f"A{i}" for i in range(7)]
+    assert c.usage("A") == 7 and c.status("A7") == "RUNNABLE"
