@@ -64,6 +64,7 @@ class Run:
     usage_levels: list[int]  # usage_levels[i] instances are held
     used_area: dict[str, float]  # share -> instance-seconds used
     borrowed_area: dict[str, float]  # share -> instance-seconds beyond its own limit
+    lent_area: float = 0.0  # instance-seconds of lenders' idle capacity that borrowers held
     commands: int = 0
     fact_count: int = 0
     seconds: float = 0.0
@@ -91,7 +92,8 @@ def simulate(trace: Trace, config: SimConfig, *, record: bool = False,
         first_start=jobs.first_start, end=jobs.end, ran=jobs.ran, lost=jobs.lost,
         preemptions=jobs.preemptions, failed=jobs.failed, blocked=replay.blocked,
         usage_times=meter.usage_times, usage_levels=meter.usage_levels,
-        used_area=meter.used_area, borrowed_area=meter.borrowed_area, commands=replay.seq,
+        used_area=meter.used_area, borrowed_area=meter.borrowed_area,
+        lent_area=meter.lent_area, commands=replay.seq,
         fact_count=replay.fact_count, seconds=clock.perf_counter() - started, facts=log,
     )  # fmt: skip
 
@@ -130,15 +132,28 @@ class _Jobs:
 
 
 class _Meter:
-    """Instances held over time: per share (used and borrowed area), and by the whole queue."""
+    """Instances held over time: per share (used and borrowed area), and by the whole queue.
 
-    def __init__(self, queue, limits: dict[str, int], unit: str):
+    `lent_area` is measured apart from the borrowed area: at every moment, the idle capacity of
+    LEND and LEND_AND_BORROW shares that covered what shares held beyond their limits,
+    min(borrowed, lendable idle).  Ruling 1 makes the two areas equal; a borrower running on
+    capacity no lender had idle (a RESERVE share's, or nobody's) makes `lent_area` fall short.
+    """
+
+    def __init__(self, queue, limits: dict[str, int], unit: str, lenders: set[str]):
         shares = queue.shares
+        self.lenders = lenders  # from the configuration, not from the core's reading of it
         self.queue, self.shares, self.limits, self.unit = queue, shares, limits, unit
         self.used_area = dict.fromkeys(shares, 0.0)
         self.borrowed_area = dict.fromkeys(shares, 0.0)
         self.share_level = {name: (0, 0) for name in shares}  # (used, borrowed) since share_since
         self.share_since = dict.fromkeys(shares, 0.0)
+        self.lent_area = 0.0
+        self.borrowed_now = 0  # instances held beyond limits, all shares together
+        self.idle_now = 0  # idle instances of lending shares, all together
+        self.totals_since = 0.0
+        for share in shares.values():
+            self.idle_now += self._idle(share, 0)
         self.usage_times: list[float] = [0.0]
         self.usage_levels: list[int] = [0]
         self.level = 0
@@ -149,6 +164,8 @@ class _Meter:
         unit, limits, shares = self.unit, self.limits, self.shares
         share_level, share_since = self.share_level, self.share_since
         used_area, borrowed_area = self.used_area, self.borrowed_area
+        self.lent_area += min(self.borrowed_now, self.idle_now) * (now - self.totals_since)
+        self.totals_since = now
         for name in touched:
             used, over = share_level[name]
             span = now - share_since[name]
@@ -156,13 +173,20 @@ class _Meter:
             borrowed_area[name] += over * span
             share = shares[name]
             held = share.usage.get(unit, 0)
+            self.borrowed_now += max(0, held - limits[name]) - over
+            self.idle_now += self._idle(share, held) - self._idle(share, used)
             share_level[name] = (held, max(0, held - limits[name]))
             share_since[name] = now
         held = self.queue.usage.get(unit, 0)
-        if held != self.level:
+        if held != self.level:  # (the queue's level)
             self.level = held
             self.usage_times.append(now)
             self.usage_levels.append(held)
+
+
+    def _idle(self, share, held: int) -> int:
+        """What `share` could lend while holding `held` instances (0 for RESERVE)."""
+        return max(0, self.limits[share.name] - held) if share.name in self.lenders else 0
 
 
 _Dispatched, _Preempted, _StatusChanged = F.JobDispatched, F.JobPreempted, F.JobStatusChanged
@@ -190,7 +214,8 @@ class _Replay:
         self.usage_of: dict[int, list[CapacityUsage]] = {}
         self.jobs = _Jobs(trace.duration)
         self.blocked: dict[str, str] = {}
-        self.meter = _Meter(queue, limits, unit)
+        lenders = {share.name for share in config.shares if share.strategy.value != "RESERVE"}
+        self.meter = _Meter(queue, limits, unit, lenders)
         submit_template, report_template = templates(config, limits, share_of_job)
         self.copy_submit, self.copy_report = submit_template.model_copy, report_template.model_copy
         self.next_submit = 0

@@ -9,8 +9,10 @@ Definitions (all over the simulated window, from the first submission to the las
 - **wait**: from submission to the first dispatch;
 - **GPU-hours lost**: work since the last checkpoint of each preempted attempt, x its GPUs;
 - **GPU-hours borrowed**: instance-time a share held beyond its own limit, x GPUs per
-  instance; by ruling 1 every borrowed instance is idle capacity of a lending share, so the
-  pool lent exactly as much (the projection's `utilization()` splits it per lender);
+  instance; **GPU-hours lent**: instance-time of lending shares' idle capacity that covered
+  borrowers, measured apart (`_Meter`); ruling 1 makes them equal, a borrower on capacity no
+  lender had idle would make "lent" fall short (the projection's `utilization()` splits it
+  per lender);
 - **makespan**: last end - first submission.
 """
 
@@ -127,7 +129,8 @@ def summarize(run: Run) -> Summary:
         wait_p50_h=percentile(waits, 50) / HOUR, wait_p95_h=percentile(waits, 95) / HOUR,
         preemptions=sum(run.preemptions), preempted_jobs=sum(1 for p in run.preemptions if p),
         lost_gpu_h=sum(run.lost[i] * gpus[i] for i in range(n)) / HOUR,
-        borrowed_gpu_h=borrowed, lent_gpu_h=borrowed, makespan_h=window / HOUR,
+        borrowed_gpu_h=borrowed, lent_gpu_h=run.lent_area * per_instance / HOUR,
+        makespan_h=window / HOUR,
         trace_gpu_h=trace.gpu_seconds() / HOUR,
         run_gpu_h=sum(run.ran[i] * gpus[i] for i in range(n)) / HOUR,
         commands=run.commands, facts=run.fact_count, seconds=run.seconds,

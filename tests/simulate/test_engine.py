@@ -154,3 +154,34 @@ def test_a_job_too_big_for_a_reserve_share_blocks_it_and_is_reported():
     assert "s" in summary.blocked and "QUOTA_MANAGEMENT_LIMIT_EXCEEDED" in summary.blocked["s"]
     # raised to the largest job (the default), the share runs both
     assert summarize(simulate(t, config(shares, 8))).finished == 2
+
+
+def test_lent_gpu_hours_are_measured_apart_and_equal_the_borrowed_ones(busy):
+    """Borrowed: what shares held beyond their limits; lent: lenders' idle capacity that
+    covered it, at every moment (ruling 1 makes them equal, measured independently)."""
+    t, c = busy
+    with_reserve = [*SMALL[:2], {"name": "low", "teams": ["team3"], "strategy": "RESERVE",
+                                 "weight": 1}]  # its idle capacity is never lent
+    summary = summarize(simulate(t, config(with_reserve, 24, priority=RANDOM)))
+    assert summary.borrowed_gpu_h > 0
+    assert summary.lent_gpu_h == pytest.approx(summary.borrowed_gpu_h, rel=1e-9)
+    assert sum(share.borrowed_gpu_h for share in summary.shares) == pytest.approx(
+        summary.borrowed_gpu_h)  # fmt: skip
+
+
+@pytest.mark.parametrize("lender", ["LEND", "LEND_AND_BORROW"])
+def test_lending_alone_changes_nothing_without_a_borrower(busy, lender):
+    """With no share that borrows, LEND (or one lone LEND_AND_BORROW share with nobody to
+    borrow from) schedules exactly like RESERVE: the same starts and ends for every job."""
+    t, _ = busy
+    shares = [{"name": f"s{i}", "teams": [f"team{i}"], "strategy": "RESERVE", "limit": 8}
+              for i in (1, 2, 3)]  # fmt: skip
+    reserve = simulate(t, config(shares, 24))
+    lending = [{**share, "strategy": "LEND"} for share in shares]
+    if lender == "LEND_AND_BORROW":
+        lending[0]["strategy"] = "RESERVE"
+        lending[1]["strategy"] = "RESERVE"
+        lending[2]["strategy"] = "LEND_AND_BORROW"  # nobody lends to it
+    lent = simulate(t, config(lending, 24))
+    assert lent.first_start == reserve.first_start and lent.end == reserve.end
+    assert summarize(lent).borrowed_gpu_h == summarize(lent).lent_gpu_h == 0
