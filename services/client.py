@@ -12,6 +12,10 @@ for the facts the scheduler decided for it, and ask the scheduler read questions
 request/reply.  `AsyncTrainingQueue` / `AsyncTrainingQueuedJob` are the async API; the
 `TrainingQueue` / `TrainingQueuedJob` classes run the same code on a private event loop.
 
+With a pipeline's credentials (`QUOTASCHED_NATS_USER=pipeline-<queue>-<share>` etc., see
+`services.auth`) a wait follows the facts under the team's own share through one of its eight
+consumer slots, deleted when the decision is in (`client_commands.Decisions`).
+
 This module is the SDK's public face; its helpers live beside it: `client_reads` (routing
 read requests, retries while no leader answers, merging a fan-out), `client_commands`
 (commands in, decisions out, `ClientError`) and `client_loop` (the sync API's event loop).
@@ -23,12 +27,10 @@ import asyncio
 import os
 from typing import Any
 
-from nats.js.api import ConsumerConfig, DeliverPolicy
-
 from events.facts import Fact
-from events.subjects import ANY, COMMANDS_STREAM, FACTS_STREAM, subject_for_command
+from events.subjects import ANY, COMMANDS_STREAM, subject_for_command
 from services.bus import connect
-from services.client_commands import ClientError, as_command, await_decision, raise_if_rejected
+from services.client_commands import ClientError, Decisions, as_command, raise_if_rejected
 from services.client_loop import _Loop
 from services.client_reads import HANDOVER_WAIT_S, RESPONDER_WAIT_S, ask, merge, queue_of  # noqa: F401
 
@@ -83,33 +85,34 @@ class Bus:
         job = await self.request("describe-service-job", jobId=job_id)
         return job["jobQueue"], job["quotaShareName"]
 
-    async def publish(self, command: Any, route: tuple[str, str] | None = None) -> int:
-        """Store one command (a model, a dict or JSON text); returns its stream sequence."""
+    async def publish(self, command: Any, route: tuple[str, str] | None = None,
+                      decisions: Decisions | None = None) -> int:  # fmt: skip
+        """Store one command (a model, a dict or JSON text); returns its stream sequence.
+        With `decisions`, its facts are followed from before it is published."""
         command, data = as_command(command)
         if route is None and command.kind in ("UpdateServiceJob", "TerminateServiceJob",
                                               "ReportJobStatus"):  # fmt: skip
             route = await self.route(command.job_id)
         subject = subject_for_command(command, route)
+        if decisions is not None:
+            await decisions.follow(subject)
         ack = await self.js.publish(subject, data, stream=COMMANDS_STREAM)
         return ack.seq
 
     async def submit_and_wait(self, command: Any, route: tuple[str, str] | None = None,
                               timeout: float = 30.0) -> list[Fact]:  # fmt: skip
-        """Publish, then return the facts the scheduler recorded for this very command."""
-        facts: asyncio.Queue = asyncio.Queue()
-
-        async def collect(msg) -> None:
-            facts.put_nowait(msg)
-
-        sub = await self.js.subscribe(
-            "qm.fact.>", cb=collect, ordered_consumer=True, stream=FACTS_STREAM,
-            config=ConsumerConfig(deliver_policy=DeliverPolicy.NEW),
-        )  # fmt: skip
+        """Publish, then return the facts the scheduler recorded for this very command (with
+        a pipeline's credentials: those under its share, see `Decisions`)."""
+        decisions = Decisions()
+        await decisions.start(self, slot_wait=timeout)
         try:
-            seq = await self.publish(command, route)
-            return await await_decision(facts, seq, timeout)
+            seq = await self.publish(command, route, decisions)
+            if await decisions.wait([seq], timeout):
+                raise TimeoutError(f"command {seq} was stored but no decision arrived within "
+                                   f"{timeout}s; is a scheduler running?")  # fmt: skip
+            return decisions.facts[seq]
         finally:
-            await sub.unsubscribe()
+            await decisions.close()
 
 
 # -- SageMaker-SDK-shaped API ----------------------------------------------------------------
@@ -194,7 +197,9 @@ class AsyncTrainingQueue:
                     "jobId": job_id, "clientToken": client_token}  # fmt: skip
         command.update({key: value for key, value in optional.items() if value is not None})
         facts = raise_if_rejected(await self.bus.submit_and_wait(command))
-        submitted = facts[0]
+        # the decision may begin with timers it fired (other jobs' facts): take the job's own
+        submitted = next(fact for fact in facts
+                         if fact.kind in ("JobSubmitted", "SubmissionDeduplicated"))  # fmt: skip
         return AsyncTrainingQueuedJob(self.bus, submitted.job_id, job_name, self.queue_name,
                                       quota_share_name)  # fmt: skip
 

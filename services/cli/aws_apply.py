@@ -19,58 +19,9 @@ from services.cli.aws_options import (
     register_verb,
 )
 from services.cli.aws_session import no_scheduler, no_streams, publish, run, session
+from services.client_commands import Decisions
 
-
-class Decisions:
-    """The facts recorded for the commands this process publishes, by command seq (the
-    scheduler writes them all at once, and each carries the count in its `Qm-Facts` header)."""
-
-    def __init__(self) -> None:
-        self.facts: dict[int, list] = {}
-        self.expected: dict[int, int] = {}
-        self.routes: dict[str, tuple[str, str]] = {}  # jobId -> (queue, share), as decided
-        self.changed = asyncio.Event()
-
-    async def start(self, bus) -> None:
-        from nats.js.api import ConsumerConfig, DeliverPolicy
-        from nats.js.errors import NotFoundError
-
-        from events.subjects import FACTS_STREAM
-
-        try:
-            await bus.js.subscribe("qm.fact.>", cb=self._on_fact, ordered_consumer=True,
-                                   stream=FACTS_STREAM,
-                                   config=ConsumerConfig(deliver_policy=DeliverPolicy.NEW))
-        except NotFoundError:
-            raise no_streams(bus.url) from None
-
-    async def _on_fact(self, msg) -> None:
-        from events.codec import decode_fact
-
-        fact = decode_fact(msg.data)
-        self.facts.setdefault(fact.command_seq, []).append(fact)
-        self.expected[fact.command_seq] = int((msg.headers or {}).get("Qm-Facts", "1"))
-        if fact.kind == "JobSubmitted":
-            self.routes[fact.job_id] = (fact.job_queue, fact.quota_share_name)
-        self.changed.set()
-
-    def decided(self, seq: int) -> bool:
-        return seq in self.facts and len(self.facts[seq]) >= self.expected[seq]
-
-    async def wait(self, seqs: list[int], timeout: float) -> list[int]:
-        """Waits until every one of `seqs` is decided; returns those still undecided."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while True:
-            pending = [seq for seq in seqs if not self.decided(seq)]
-            remaining = deadline - loop.time()
-            if not pending or remaining <= 0:
-                return pending
-            self.changed.clear()
-            try:
-                await asyncio.wait_for(self.changed.wait(), remaining)
-            except TimeoutError:
-                pass
+__all__ = ["Decisions", "apply"]  # Decisions: also config apply's (services.cli.config_cli)
 
 
 class _Line:
@@ -139,35 +90,48 @@ def apply(
 
 async def _apply(path: str, lines: list[_Line], wait: bool, timeout: float,
                  url: str | None) -> int:  # fmt: skip
+    from nats.js.errors import NotFoundError
+
     async with session(url) as bus:
         decisions = Decisions()
-        await decisions.start(bus)
-        file_routes: dict[str, tuple[str, str]] = {}
-        derived: list[int] = []  # seqs of submissions whose job id the scheduler derives
-        published: list[tuple[_Line, int]] = []
-        for line in lines:
-            try:
-                seq = await _publish_line(bus, line, file_routes, derived, decisions, timeout)
-            except Failure as failure:
-                raise Failure(f"{failure.message}\nquotasched apply: stopped at {path}:"
-                              f"{line.number}; {len(published)} earlier line(s) were published"
-                              f"{_seq_range(published)}, this one and the rest were not",
-                              failure.code) from None  # fmt: skip
-            published.append((line, seq))
-            command = line.command
-            if command is not None and command.kind == "SubmitServiceJob":
-                if command.job_id:
-                    file_routes[command.job_id] = (command.job_queue, command.quota_share_name)
-                else:
-                    derived.append(seq)
-        count = len(published)
-        summary = (f"applied {count} command{'' if count == 1 else 's'} from {path} to "
-                   f"{bus.url}{_seq_range(published)}")  # fmt: skip
-        if not wait:
-            typer.echo(summary)
-            return 0
-        awaited = [seq for line, seq in published if line.kind != "Tick"]
-        undecided = await decisions.wait(awaited, timeout)
+        try:
+            await decisions.start(bus)
+        except NotFoundError:
+            raise no_streams(bus.url) from None
+        try:
+            return await _apply_lines(bus, path, lines, wait, timeout, decisions)
+        finally:
+            await decisions.close()  # a pipeline's consumer on the fact log
+
+
+async def _apply_lines(bus, path: str, lines: list[_Line], wait: bool, timeout: float,
+                       decisions: Decisions) -> int:  # fmt: skip
+    file_routes: dict[str, tuple[str, str]] = {}
+    derived: list[int] = []  # seqs of submissions whose job id the scheduler derives
+    published: list[tuple[_Line, int]] = []
+    for line in lines:
+        try:
+            seq = await _publish_line(bus, line, file_routes, derived, decisions, timeout)
+        except Failure as failure:
+            raise Failure(f"{failure.message}\nquotasched apply: stopped at {path}:"
+                          f"{line.number}; {len(published)} earlier line(s) were published"
+                          f"{_seq_range(published)}, this one and the rest were not",
+                          failure.code) from None  # fmt: skip
+        published.append((line, seq))
+        command = line.command
+        if command is not None and command.kind == "SubmitServiceJob":
+            if command.job_id:
+                file_routes[command.job_id] = (command.job_queue, command.quota_share_name)
+            else:
+                derived.append(seq)
+    count = len(published)
+    summary = (f"applied {count} command{'' if count == 1 else 's'} from {path} to "
+               f"{bus.url}{_seq_range(published)}")  # fmt: skip
+    if not wait:
+        typer.echo(summary)
+        return 0
+    awaited = [seq for line, seq in published if line.kind != "Tick"]
+    undecided = await decisions.wait(awaited, timeout)
     return _report(path, published, awaited, undecided, decisions, summary, timeout)
 
 
@@ -212,7 +176,7 @@ async def _publish_line(bus, line: _Line, file_routes: dict, derived: list[int],
         route = file_routes.get(command.job_id) or decisions.routes.get(command.job_id)
         if route is None:
             route = await _route_of(bus, command.job_id, derived, decisions, timeout)
-    return await publish(bus, line.raw, route)
+    return await publish(bus, line.raw, route, decisions)
 
 
 async def _route_of(bus, job_id: str, derived: list[int], decisions: Decisions,

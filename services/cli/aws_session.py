@@ -120,12 +120,18 @@ def checked(operation: str, command: dict[str, Any]) -> dict[str, Any]:
     return command
 
 
-async def publish(bus, command: dict[str, Any], route: tuple | None = None) -> int:
-    from nats.js.errors import NoStreamResponseError
+async def publish(bus, command: dict[str, Any], route: tuple | None = None,
+                  decisions=None) -> int:  # fmt: skip
+    """Publishes (`decisions`: following its facts from before, `services.client.Bus.publish`)."""
+    from nats.js.errors import NoStreamResponseError, NotFoundError
+
+    from services.client import ClientError
 
     try:
-        return await bus.publish(command, route)
-    except NoStreamResponseError:
+        return await bus.publish(command, route, decisions)
+    except ClientError as error:  # a pipeline's credentials could not follow its facts
+        raise Failure(f"quotasched: {error}", EXIT_USAGE) from None
+    except (NoStreamResponseError, NotFoundError):
         raise no_streams(bus.url) from None
     except TimeoutError:
         raise Failure(f"quotasched: JetStream at {bus.url} did not acknowledge the command in "
@@ -139,11 +145,14 @@ async def decide(bus, operation: str, command: dict[str, Any], timeout: float,
     from nats.js.errors import NotFoundError
 
     from events.facts import CommandRejected
+    from services.client import ClientError
 
     try:
         facts = await bus.submit_and_wait(command, route, timeout=timeout)
     except NotFoundError:
         raise no_streams(bus.url) from None
+    except ClientError as error:  # a pipeline's credentials could not follow its facts
+        raise Failure(f"quotasched: {operation}: {error}", EXIT_USAGE) from None
     except TimeoutError as error:
         reason = str(error) or f"no decision within {timeout:g}s"
         raise Failure(f"quotasched: {operation}: {reason}; the command "
