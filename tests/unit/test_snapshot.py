@@ -32,17 +32,18 @@ def test_a_capture_holds_the_state_of_its_moment_while_the_state_moves_on():
         pass
     assert canonical_state(state) != before
 
-    version, fact_seq, decided_through, commands_through, restored = pickle.loads(
+    version, fact_seq, decided_through, commands_through, last_refused, restored = pickle.loads(
         zlib.decompress(capture()))
     assert (version, fact_seq, decided_through) == (SNAPSHOT_VERSION, facts, half)
     assert commands_through == 0  # not given: no command beyond the recorded ones
+    assert last_refused is False
     assert canonical_state(restored) == before
 
 
 def test_the_captured_bytes_are_the_compressed_pickle_of_the_state():
     state, facts = replayed((EXAMPLES / "two-teams-day.jsonl").read_bytes().splitlines())
     recovered = Recovered(state, facts, 7, 9)
-    image = (SNAPSHOT_VERSION, facts, 7, 9, state)
+    image = (SNAPSHOT_VERSION, facts, 7, 9, False, state)
     captured = capture_snapshot(recovered)()
     assert zlib.decompress(captured) == pickle.dumps(image, protocol=pickle.HIGHEST_PROTOCOL)
     assert captured == encode_snapshot(image)
