@@ -2,8 +2,10 @@
 
 Every command goes through the same path as production input (JSON -> `decode_command` ->
 `step`), and after every command the cluster checks all invariants: `check_state`, the
-`DecisionAuditor` over the emitted facts, `check_stable`, and `decide` purity (the pure
-`decide` gives the same facts and leaves the state untouched).
+`DecisionAuditor` over the emitted facts, `check_stable`, `decide` purity (the pure
+`decide` gives the same facts and leaves the state untouched), and the independent checker of
+tests/checker.py over the command's facts alone (its own model and arithmetic, nothing of the
+core's).
 
     c = Cluster.notebook()            # fixture N of the spec
     c.submit("high", "qs1", priority=3)
@@ -19,6 +21,7 @@ from events import facts as F
 from events.codec import decode_command, encode
 from services.scheduler.core import State, decide, step, state_document
 from services.scheduler.core.invariants import DecisionAuditor, check_stable, check_state
+from tests.checker import IndependentChecker
 
 G5 = "ml.g5.xlarge"
 M5 = "ml.m5.xlarge"
@@ -30,13 +33,16 @@ class InvariantBroken(AssertionError):
 
 
 class Cluster:
-    def __init__(self, *, check_purity: bool = True) -> None:
+    def __init__(self, *, check_purity: bool = True, independent: bool = True) -> None:
         self.state = State()
         self.seq = 0
         self.at = 0.0
         self.facts: list[F.Fact] = []
         self.auditor = DecisionAuditor()
         self.check_purity = check_purity
+        # The rules checked again over the facts alone, by code that shares nothing with the
+        # core (tests/checker.py); off only for a caller that feeds its own checker.
+        self.independent = IndependentChecker() if independent else None
 
     # -- raw commands ------------------------------------------------------------------------
 
@@ -64,6 +70,9 @@ class Cluster:
         leftover = check_stable(self.state)
         if leftover:
             problems.append(f"pass stopped early; a full pass would emit {leftover}")
+        if self.independent is not None:
+            wire = [fact.model_dump(by_alias=True, mode="json") for fact in facts]
+            problems += self.independent.feed_command(wire)
         if problems:
             raise InvariantBroken("; ".join(problems))
         return facts

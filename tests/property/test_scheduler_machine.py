@@ -49,7 +49,8 @@ command sequence (JSON lines, ready for `quotasched replay`) as an exception not
 at the end of this module hold minimal reproductions of what the machine found.
 `QUOTASCHED_SKIP_CHECKS=replay-time,stable,...` turns check groups off while triaging a known
 failure (all are on by default): cluster, purity, replay, replay-time, recovery, rules, order,
-stable, compare.  `QUOTASCHED_MACHINE_EXAMPLES` overrides the number of examples.
+stable, compare, independent (tests/checker.py over each command's facts).
+`QUOTASCHED_MACHINE_EXAMPLES` overrides the number of examples.
 """
 
 from __future__ import annotations
@@ -76,10 +77,11 @@ from events.codec import decode_command, encode
 from services.scheduler.core import State, catch_up_clock, decide, fold, step
 from services.scheduler.core.views import canonical_state, state_document
 from tests.builders import Cluster
+from tests.checker import IndependentChecker
 from tests.property.conftest import REASONS, REPORTS, STRANGER, UNITS
 
 CHECKS = frozenset({"cluster", "purity", "replay", "replay-time", "recovery", "rules", "order",
-                    "stable", "compare"})  # fmt: skip
+                    "stable", "compare", "independent"})  # fmt: skip
 SKIP = {name.strip() for name in os.environ.get("QUOTASCHED_SKIP_CHECKS", "").split(",") if name.strip()}
 ACTIVE = set(CHECKS - SKIP)  # the check groups of the machine that is running
 DISPATCHED = ("SCHEDULED", "STARTING", "RUNNING")
@@ -379,7 +381,8 @@ class SchedulerMachine(RuleBasedStateMachine):
         ACTIVE.clear()
         ACTIVE.update(self.CHECKS - SKIP)
         # decide() is only ever called when the purity checks are on: it must change nothing.
-        self.cluster = Cluster(check_purity="purity" in ACTIVE)
+        self.cluster = Cluster(check_purity="purity" in ACTIVE, independent=False)  # fed below
+        self.independent = IndependentChecker()  # tests/checker.py: the facts alone
         self.shadow = Shadow()
         self.lines: list[str] = []
         self.facts: list[F.Fact] = []
@@ -416,6 +419,10 @@ class SchedulerMachine(RuleBasedStateMachine):
                 facts = self.cluster.send(line)
             self.facts.extend(facts)
             Checker(self.shadow, command, seq, facts).run()  # checks what is active, always folds
+            if "independent" in ACTIVE:
+                wire = [fact.model_dump(by_alias=True, mode="json") for fact in facts]
+                for problem in self.independent.feed_command(wire):
+                    _fail("independent", problem)
             if expect_rejection is not None:
                 rejected = any(isinstance(f, F.CommandRejected) for f in facts)
                 if rejected != expect_rejection:

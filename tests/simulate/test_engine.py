@@ -123,13 +123,18 @@ def test_same_seed_same_results_other_seed_differs(busy):
 
 
 def test_every_invariant_holds_through_a_simulation(busy):
+    from tests.checker import IndependentChecker
+
     t, c = busy
     run = simulate(t, c, record=True)
     auditor = DecisionAuditor()
+    independent = IndependentChecker()  # tests/checker.py: the rules over the facts alone
     commands = 0
-    for _seq, facts in groupby(run.facts, key=lambda fact: fact.command_seq):
+    for _seq, group in groupby(run.facts, key=lambda fact: fact.command_seq):
+        facts = list(group)
         for fact in facts:
             auditor.feed(fact)
+        independent.check_command([fact.model_dump(by_alias=True, mode="json") for fact in facts])
         commands += 1
         problems = check_state(auditor.state) + auditor.problems
         assert not problems, problems

@@ -1,0 +1,603 @@
+"""An independent checker of the scheduling rules, over the fact log alone.
+
+It imports nothing from the product (no `services.*`, no `projections.*`, no `events.*`):
+only the standard library.  It reads facts as plain dicts with the wire's camelCase names (a
+decoded JSON line of `quotasched replay`, or `fact.model_dump(by_alias=True, mode="json")`,
+done by the caller), folds them into its own small model, and checks every decision with its
+own arithmetic, written from the spec (docs: README "How it decides", spec section 0 rulings
+1-16 and sections 3.3-3.5).  A wrong formula in the core is thus checked against a second,
+separately written one, not against itself.
+
+Use:
+
+    checker = IndependentChecker()
+    checker.check_command(facts)      # the facts of ONE command; raises RuleBroken
+    check_log(facts)                  # a whole log, grouped by commandSeq
+
+What is checked, per command (numbers as in issue 18's brief):
+
+ 1. limits at each dispatch: per unit the job needs, the share's usage after the dispatch is
+    within its limit, or, only for LEND_AND_BORROW and only in a unit the share lists, within
+    limit + floor(limit * borrowLimit / 100) (unlimited for -1/null); the dispatch's
+    `borrowed` is exactly the part it adds beyond the limit;
+ 2. the service environment: it is ENABLED, lists the unit, and sum of usage <= maxCapacity
+    per unit after the dispatch;
+ 3. borrowing backed (ruling 1): per unit, deficit = sum over shares of max(0, U - L) minus
+    sum over LEND / LEND_AND_BORROW shares of max(0, L - U); a dispatch never leaves it
+    positive and larger than it found it (it may stay <= 0, or not grow);
+ 4. RESERVE never lends: its idle capacity is not in the sum of 3; LEND never borrows (1);
+ 5. preemption: every victim named by `afterPreemptionOf` has its JobPreempted (and nothing
+    else is preempted); the set is minimal (with any one victim kept, the preemptor does not
+    fit); cross-share victims come from another share over its limit, at that moment, in a
+    unit both the victim and the preemptor need, and only for a preemptor within its own
+    limit (a would-be borrower never reclaims); in-share victims are of the preemptor's own
+    share, with in-share preemption ENABLED, strictly lower priority, holding a needed unit;
+ 6. pass order (rulings 7, 8, 12; spec 3.3): a dispatched job is its share's head (highest
+    priority, then earliest acceptance, kept across requeues); owners before borrowers (no
+    borrower is dispatched while another share's head fits within its own limit by plain
+    dispatch); borrowers first come first served (a borrower's plain dispatch passes no
+    earlier-accepted borrower head that fits by plain dispatch; a borrower's in-share
+    preemption passes no borrower head that fits by plain dispatch); owners in share order
+    (no owner is dispatched while an owner head ranked before it fits by plain dispatch);
+ 7. stability (ruling 4): after each command no share's head fits by plain dispatch;
+ 8. lifecycle: dispatch only from RUNNABLE with attempt + 1, preemption only while
+    dispatched with the live attempt and the count/outcome of
+    preemptionRetriesBeforeTermination, nothing after SUCCEEDED/FAILED, status changes only
+    along the lifecycle, a blocked share names its head, facts about known jobs only, one
+    commandSeq per command and increasing, `at` never going backwards (rulings 9, 13).
+
+"Fits by plain dispatch" (`_fits`) is rules 1-3 together, as the spec states them (3.4 rules
+1-2, 3.7, rulings 1-3), never preempting anything.
+
+What is deliberately not checked (conservative, to never report a false violation):
+ - the exact victim ranking of 3.5 and ruling 10's single-victim preference (5 checks only
+   eligibility and minimality, which every valid choice satisfies);
+ - ruling 12's FIFO among borrowers that preempt in their own share (it would need the
+   victim search itself), beyond "no borrower head fits by plain dispatch";
+ - that an owner's reclaim or in-share preemption was chosen over a later-ranked owner's;
+ - static admissibility (which reason a ShareBlocked gives): a blocked head can never fit by
+   the rules above, so stability covers it without repeating the core's reason logic;
+ - the borrowing-backed rule across configuration changes: lowering a limit, changing a
+   strategy or shrinking the service environment may break it without a dispatch (ruling 3
+   says they preempt nothing); only dispatches are held to "no worse";
+ - units a dispatch does not need (their usage does not change);
+ - timers' deadlines (when a time limit or timeout is due) and retryStrategy counts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from fractions import Fraction
+from itertools import groupby
+from typing import Any
+
+DISPATCHED = frozenset({"SCHEDULED", "STARTING", "RUNNING"})
+TERMINAL = frozenset({"SUCCEEDED", "FAILED"})
+LENDERS = frozenset({"LEND", "LEND_AND_BORROW"})  # RESERVE never lends (ruling 2)
+
+
+class RuleBroken(AssertionError):
+    """The fact log breaks a rule of the spec."""
+
+
+# -- the model -------------------------------------------------------------------------------
+
+
+@dataclass
+class Env:
+    capacity: dict[str, int]
+    enabled: bool
+
+
+@dataclass(eq=False)
+class Share:
+    name: str
+    limits: dict[str, int]
+    strategy: str
+    percent: int | None  # borrow ceiling in percent of the limit; None = unlimited
+    in_share: bool
+    enabled: bool
+    usage: dict[str, int] = field(default_factory=dict)
+    runnable: set[str] = field(default_factory=set)  # ids of its RUNNABLE jobs
+
+    def limit(self, unit: str) -> int:
+        return self.limits.get(unit, 0)
+
+    def used(self, unit: str) -> int:
+        return self.usage.get(unit, 0)
+
+
+@dataclass
+class Queue:
+    name: str
+    env: str
+    enabled: bool
+    shares: dict[str, Share] = field(default_factory=dict)  # existing shares, creation order
+    usage: dict[str, int] = field(default_factory=dict)  # every dispatched job of the queue
+
+
+@dataclass(eq=False)
+class Job:
+    id: str
+    queue: str
+    share: Share  # the share object it was submitted to (a re-created name is a new share)
+    priority: int
+    accepted: int  # acceptance order: the order of JobSubmitted, kept across requeues
+    need: dict[str, int]
+    retries: int | None  # preemptionRetriesBeforeTermination; None = requeue forever
+    status: str = "RUNNABLE"
+    attempt: int = 0
+    preempted: int = 0
+
+    def key(self) -> tuple[int, int]:
+        """Order inside a share (3.3, ruling 8): higher priority, then earlier acceptance."""
+        return (-self.priority, self.accepted)
+
+
+def _percent(sharing: dict[str, Any]) -> int | None:
+    """The borrow ceiling in percent: 0 unless LEND_AND_BORROW; None (unlimited) for -1/null."""
+    if sharing.get("strategy") != "LEND_AND_BORROW":
+        return 0
+    value = sharing.get("borrowLimit")
+    return None if value is None or value == -1 else int(value)
+
+
+def _need(items: list[dict[str, Any]]) -> dict[str, int]:
+    need: dict[str, int] = {}
+    for item in items or []:
+        need[item["capacityUnit"]] = need.get(item["capacityUnit"], 0) + int(item["quantity"])
+    return need
+
+
+# -- the checker -----------------------------------------------------------------------------
+
+
+class IndependentChecker:
+    """Folds one command's facts at a time into its own model and checks every rule."""
+
+    def __init__(self) -> None:
+        self.envs: dict[str, Env] = {}
+        self.queues: dict[str, Queue] = {}
+        self.jobs: dict[str, Job] = {}
+        self.accepted = 0
+        self.last_seq: int | None = None
+        self.last_at: float | None = None
+        self.commands = 0
+        self.problems: list[str] = []
+        self._victims: list[dict[str, Any]] = []  # JobPreempted facts awaiting their dispatch
+
+    # -- entry points ------------------------------------------------------------------------
+
+    def check_command(self, facts: list[dict[str, Any]]) -> None:
+        """Fold and check the facts of one command; raise RuleBroken naming what broke."""
+        problems = self.feed_command(facts)
+        if problems:
+            raise RuleBroken("; ".join(problems))
+
+    def feed_command(self, facts: list[dict[str, Any]]) -> list[str]:
+        """Fold and check the facts of one command; return the problems found (none: [])."""
+        self.problems = []
+        self.commands += 1
+        if facts:
+            seqs = {fact["commandSeq"] for fact in facts}
+            if len(seqs) != 1:
+                self._bad(f"one command's facts carry several commandSeq values {sorted(seqs)}")
+            seq = max(seqs)
+            if self.last_seq is not None and seq <= self.last_seq:
+                self._bad(f"commandSeq {seq} does not follow {self.last_seq}")
+            self.last_seq = seq
+        for fact in facts:
+            self._fact(fact)
+        if self._victims:
+            names = [victim["jobId"] for victim in self._victims]
+            self._bad(f"{names} preempted without a dispatch naming them")
+            self._victims = []
+        self._check_stable()
+        return self.problems
+
+    def _bad(self, message: str) -> None:
+        self.problems.append(f"[command {self.last_seq}] {message}")
+
+    # -- folding -----------------------------------------------------------------------------
+
+    def _fact(self, fact: dict[str, Any]) -> None:
+        kind = fact["kind"]
+        at = float(fact["at"])
+        if self.last_at is not None and at < self.last_at:  # rulings 9 and 13
+            self._bad(f"{kind} at {at} goes back in time from {self.last_at}")
+        self.last_at = max(at, self.last_at or at)
+        if self._victims and kind not in ("JobPreempted", "JobDispatched"):
+            # A preemption frees capacity for the dispatch that follows it at once (ruling 5).
+            self._bad(f"{kind} between preemptions and the dispatch they make room for")
+        handler = getattr(self, f"_on_{kind}", None)
+        if handler is not None:  # CommandRejected, SchedulingPolicyCreated: no model change
+            handler(fact)
+
+    def _on_ServiceEnvironmentCreated(self, fact) -> None:
+        self._on_ServiceEnvironmentUpdated(fact)
+
+    def _on_ServiceEnvironmentUpdated(self, fact) -> None:
+        capacity = {item["capacityUnit"]: int(item["maxCapacity"]) for item in fact["capacityLimits"]}
+        self.envs[fact["serviceEnvironment"]] = Env(capacity, fact["state"] == "ENABLED")
+
+    def _on_JobQueueCreated(self, fact) -> None:
+        queue = self.queues.get(fact["jobQueue"])
+        if queue is None:
+            queue = self.queues[fact["jobQueue"]] = Queue(fact["jobQueue"], fact["serviceEnvironment"], True)
+        queue.env = fact["serviceEnvironment"]
+        queue.enabled = fact["state"] == "ENABLED"
+
+    _on_JobQueueUpdated = _on_JobQueueCreated
+
+    def _on_QuotaShareCreated(self, fact) -> None:
+        queue = self.queues[fact["jobQueue"]]
+        name = fact["quotaShareName"]
+        sharing = fact["resourceSharingConfiguration"]
+        limits = {item["capacityUnit"]: int(item["maxCapacity"]) for item in fact["capacityLimits"]}
+        share = queue.shares.get(name)
+        if share is None:
+            share = queue.shares[name] = Share(name, limits, "", 0, False, True)
+        share.limits = limits
+        share.strategy = sharing["strategy"]
+        share.percent = _percent(sharing)
+        share.in_share = fact["preemptionConfiguration"]["inSharePreemption"] == "ENABLED"
+        share.enabled = fact["state"] == "ENABLED"
+
+    _on_QuotaShareUpdated = _on_QuotaShareCreated
+
+    def _on_QuotaShareDeleted(self, fact) -> None:
+        queue = self.queues[fact["jobQueue"]]
+        share = queue.shares.pop(fact["quotaShareName"], None)
+        if share is None:
+            self._bad(f"deleted share {fact['quotaShareName']} does not exist")
+            return
+        left = [job.id for job in self.jobs.values() if job.share is share and job.status not in TERMINAL]
+        if left:  # the core ends them (SHARE_DELETED) before the deletion; a job left would
+            # keep counting against a share nobody can see
+            self._bad(f"share {share.name} deleted while {left} are not finished")
+
+    def _on_JobSubmitted(self, fact) -> None:
+        job_id = fact["jobId"]
+        if job_id in self.jobs:
+            self._bad(f"job {job_id} submitted twice")
+            return
+        queue = self.queues.get(fact["jobQueue"])
+        share = queue.shares.get(fact["quotaShareName"]) if queue else None
+        if share is None:
+            self._bad(f"{job_id} submitted to a share that does not exist")
+            return
+        self.accepted += 1
+        retries = (fact.get("preemptionConfiguration") or {}).get("preemptionRetriesBeforeTermination")
+        job = Job(job_id, queue.name, share, int(fact["schedulingPriority"]), self.accepted,
+                  _need(fact["capacityUsage"]), retries)  # fmt: skip
+        self.jobs[job_id] = job
+        share.runnable.add(job_id)
+
+    def _job(self, fact) -> Job | None:
+        job = self.jobs.get(fact["jobId"])
+        if job is None:
+            self._bad(f"{fact['kind']} names an unknown job {fact['jobId']}")
+        return job
+
+    def _on_SubmissionDeduplicated(self, fact) -> None:
+        self._job(fact)
+
+    def _on_JobReportIgnored(self, fact) -> None:
+        self._job(fact)
+
+    def _on_JobPriorityUpdated(self, fact) -> None:
+        job = self._job(fact)
+        if job is None:
+            return
+        if job.status in TERMINAL:
+            self._bad(f"priority of {job.id} updated after it was {job.status}")
+        job.priority = int(fact["schedulingPriority"])
+
+    def _on_ShareBlocked(self, fact) -> None:
+        job = self._job(fact)
+        if job is None:
+            return
+        head = self._head(job.share)
+        if job.status != "RUNNABLE" or head is not job:
+            self._bad(f"share {fact['quotaShareName']} blocked by {job.id} ({job.status}), "
+                      f"its head is {head.id if head else None}")  # fmt: skip
+
+    def _on_JobStatusChanged(self, fact) -> None:
+        job = self._job(fact)
+        if job is None:
+            return
+        old, new = job.status, fact["status"]
+        if old in TERMINAL:
+            self._bad(f"{job.id} changed to {new} after it was {old}")
+            return
+        if int(fact["attempt"]) != job.attempt:
+            self._bad(f"{job.id} status change names attempt {fact['attempt']}, its live one is {job.attempt}")
+        allowed = {
+            "STARTING": old == "SCHEDULED",
+            "RUNNING": old in ("SCHEDULED", "STARTING"),
+            "SUCCEEDED": old in DISPATCHED,
+            "FAILED": True,
+            # back to the queue: a retry or capacity bounce of a dispatched attempt, or a
+            # queued job whose blocked reason went away
+            "RUNNABLE": old in DISPATCHED or (old == "RUNNABLE" and fact.get("cause") == "UNBLOCKED"),
+        }.get(new, False)  # SCHEDULED only ever comes from a JobDispatched
+        if not allowed:
+            self._bad(f"{job.id} went from {old} to {new} ({fact.get('cause')})")
+        self._set_status(job, new)
+
+    def _set_status(self, job: Job, new: str) -> None:
+        """Move a job to `new`, releasing or taking nothing but what the statuses say."""
+        if job.status in DISPATCHED and new not in DISPATCHED:
+            self._add(job, -1)
+        job.share.runnable.discard(job.id)
+        job.status = new
+        if new == "RUNNABLE":
+            job.share.runnable.add(job.id)
+
+    def _add(self, job: Job, sign: int) -> None:
+        queue = self.queues[job.queue]
+        for unit, n in job.need.items():
+            job.share.usage[unit] = job.share.used(unit) + sign * n
+            queue.usage[unit] = queue.usage.get(unit, 0) + sign * n
+
+    def _on_JobPreempted(self, fact) -> None:
+        # Held until the dispatch it makes room for: the decision is checked as a whole.
+        self._victims.append(fact)
+
+    def _on_JobDispatched(self, fact) -> None:
+        victims, self._victims = self._victims, []
+        job = self._job(fact)
+        if job is None:
+            return
+        queue = self.queues[job.queue]
+        share = job.share
+        if (fact["jobQueue"], fact["quotaShareName"]) != (job.queue, share.name) or queue.shares.get(share.name) is not share:
+            self._bad(f"{job.id} dispatched in {fact['jobQueue']}/{fact['quotaShareName']}, "
+                      f"it was submitted to {job.queue}/{share.name} (or its share is gone)")  # fmt: skip
+            return
+        if _need(fact["capacityUsage"]) != job.need:
+            self._bad(f"{job.id} dispatched with {fact['capacityUsage']}, it needs {job.need}")
+        named = list(fact.get("afterPreemptionOf") or [])
+        preempted = [victim["jobId"] for victim in victims]
+        if sorted(named) != sorted(preempted) or len(set(named)) != len(named):
+            self._bad(f"{job.id}: afterPreemptionOf {named}, preempted just before {preempted}")
+        for victim in victims:
+            if victim["preemptorJobId"] != job.id:
+                self._bad(f"{victim['jobId']} preempted for {victim['preemptorJobId']}, "
+                          f"but {job.id} is dispatched")  # fmt: skip
+        # 8. lifecycle of the dispatched job
+        if job.status != "RUNNABLE":
+            self._bad(f"{job.id} dispatched while {job.status}")
+            return
+        if int(fact["attempt"]) != job.attempt + 1:
+            self._bad(f"{job.id} dispatched as attempt {fact['attempt']} after attempt {job.attempt}")
+        owner = self._within_own(share, job.need)  # decided before the victims were freed
+        # 6. pass order, in the state the decision was made in
+        self._check_order(queue, job, owner, victims)
+        # 5. the victims: eligible at the moment each is freed, and a minimal set
+        self._check_victims(queue, job, owner, victims)
+        # 1-3. the dispatch itself, with the victims' capacity freed (ruling 5)
+        self._check_dispatch(queue, job, fact)
+        self._set_status(job, "SCHEDULED")
+        job.attempt = int(fact["attempt"])
+        self._add(job, +1)
+
+    # -- 1-3: one dispatch -------------------------------------------------------------------
+
+    def _check_dispatch(self, queue: Queue, job: Job, fact) -> None:
+        share = job.share
+        env = self.envs.get(queue.env)
+        if env is None or not env.enabled:
+            self._bad(f"{job.id} dispatched while service environment {queue.env} is DISABLED or missing")
+            return
+        borrowed = _need(fact.get("borrowed") or [])
+        expected: dict[str, int] = {}
+        for unit, n in job.need.items():
+            used, limit = share.used(unit), share.limit(unit)
+            after = used + n
+            extra = max(0, after - limit) - max(0, used - limit)  # what this job adds beyond L
+            if extra:
+                expected[unit] = extra
+            # 2. the service environment is a hard ceiling (ruling 3)
+            cap = env.capacity.get(unit)
+            if cap is None or queue.usage.get(unit, 0) + n > cap:
+                self._bad(f"{job.id} takes {unit} to {queue.usage.get(unit, 0) + n} of the "
+                          f"environment's {cap}")  # fmt: skip
+            # 1. limits: beyond L only for LEND_AND_BORROW, only within L + floor(L * % / 100)
+            if after > limit:
+                if share.strategy != "LEND_AND_BORROW":
+                    self._bad(f"{share.strategy} share {share.name} goes to {after} of {unit}, its limit is "
+                              f"{limit}: {share.strategy} never borrows")  # fmt: skip
+                elif unit not in share.limits:
+                    self._bad(f"{share.name} borrows {unit}, a unit it does not list (3.7)")
+                elif share.percent is not None and after > limit + limit * share.percent // 100:
+                    self._bad(f"{share.name} goes to {after} of {unit}: over its limit {limit} + "
+                              f"borrow ceiling {limit * share.percent // 100} ({share.percent} % rounded down)")  # fmt: skip
+            # 3. borrowing backed (ruling 1): never made worse once unbacked
+            before_deficit = self._deficit(queue, unit)
+            after_deficit = self._deficit(queue, unit, share, n)
+            if after_deficit > 0 and after_deficit > before_deficit:
+                self._bad(f"{job.id} leaves borrowing of {unit} unbacked: beyond-limit use exceeds "
+                          f"lenders' idle capacity by {after_deficit} (was {before_deficit})")  # fmt: skip
+        if borrowed != expected:
+            self._bad(f"{job.id} records borrowed {borrowed}, the part beyond {share.name}'s limit is {expected}")
+
+    # -- the arithmetic of rules 1-3 ---------------------------------------------------------
+
+    def _deficit(self, queue: Queue, unit: str, extra_share: Share | None = None, extra: int = 0,
+                 removed: dict[int, dict[str, int]] | None = None) -> int:  # fmt: skip
+        """sum over shares of max(0, U - L) - sum over lending shares of max(0, L - U), with
+        `extra` more used by `extra_share` and `removed[id(share)]` less used."""
+        beyond = idle = 0
+        for share in queue.shares.values():
+            used = share.used(unit) + (extra if share is extra_share else 0)
+            if removed:
+                used -= removed.get(id(share), {}).get(unit, 0)
+            limit = share.limit(unit)
+            beyond += max(0, used - limit)
+            if share.strategy in LENDERS:
+                idle += max(0, limit - used)
+        return beyond - idle
+
+    def _fits(self, queue: Queue, job: Job, removed: list[Job] = ()) -> bool:  # type: ignore[assignment]
+        """Would `job` fit by plain dispatch (rules 1-3), with the `removed` jobs' capacity
+        freed?  Per unit: the environment has room; any part beyond the share's limit is
+        allowed (LEND_AND_BORROW, a listed unit, within the rounded-down ceiling); and the
+        unbacked borrowing it leaves is none, or no more than before."""
+        env = self.envs.get(queue.env)
+        if env is None or not env.enabled:
+            return False
+        share = job.share
+        freed: dict[int, dict[str, int]] = {}
+        total_freed: dict[str, int] = {}
+        for other in removed:
+            slot = freed.setdefault(id(other.share), {})
+            for unit, n in other.need.items():
+                slot[unit] = slot.get(unit, 0) + n
+                total_freed[unit] = total_freed.get(unit, 0) + n
+        own_freed = freed.get(id(share), {})
+        for unit, n in job.need.items():
+            cap = env.capacity.get(unit)
+            if cap is None or queue.usage.get(unit, 0) - total_freed.get(unit, 0) + n > cap:
+                return False
+            used, limit = share.used(unit) - own_freed.get(unit, 0), share.limit(unit)
+            if used + n > limit:
+                if share.strategy != "LEND_AND_BORROW" or unit not in share.limits:
+                    return False
+                if share.percent is not None and used + n > limit + limit * share.percent // 100:
+                    return False
+            before = self._deficit(queue, unit, removed=freed)
+            after = self._deficit(queue, unit, share, n, removed=freed)
+            if after > 0 and after > before:
+                return False
+        return True
+
+    def _within_own(self, share: Share, need: dict[str, int]) -> bool:
+        """Does the job fit within its share's own limits (an owner, pass step (a))?"""
+        return all(share.used(unit) + n <= share.limit(unit) for unit, n in need.items())
+
+    def _head(self, share: Share) -> Job | None:
+        """The share's head: its RUNNABLE job of highest priority, then earliest acceptance."""
+        if not share.runnable:
+            return None
+        return min((self.jobs[job_id] for job_id in share.runnable), key=Job.key)
+
+    def _share_rank(self, share: Share, head: Job) -> tuple:
+        """Share order among owners (spec 3.3): lowest max over listed units of U/L, then
+        the head's higher priority, then its earlier acceptance, then the share's name."""
+        ratio = max((Fraction(share.used(unit), limit) for unit, limit in share.limits.items()),
+                    default=Fraction(0))  # fmt: skip
+        return (ratio, -head.priority, head.accepted, share.name)
+
+    # -- 6: the pass order -------------------------------------------------------------------
+
+    def _check_order(self, queue: Queue, job: Job, owner: bool, victims: list[dict]) -> None:
+        share = job.share
+        head = self._head(share)
+        if head is not job:
+            self._bad(f"{job.id} (priority {job.priority}, accepted #{job.accepted}) dispatched "
+                      f"ahead of its share's head {head.id if head else None}"
+                      + (f" (priority {head.priority}, accepted #{head.accepted})" if head else ""))  # fmt: skip
+            return
+        reason = victims[0]["reason"] if victims else None
+        for other in queue.shares.values():
+            if other is share:
+                continue
+            rival = self._head(other)
+            if rival is None or not self._fits(queue, rival):
+                continue  # only heads that would fit by plain dispatch are ever passed over
+            rival_owner = self._within_own(other, rival.need)
+            if owner and rival_owner and self._share_rank(other, rival) < self._share_rank(share, job):
+                self._bad(f"owner {job.id} of {share.name} dispatched while {rival.id} of "
+                          f"{other.name}, ranked before it (3.3), fits within its limit")  # fmt: skip
+            elif not owner and rival_owner:
+                self._bad(f"borrower {job.id} dispatched while {rival.id} of {other.name} fits "
+                          f"within its own limit: owners first (ruling 7)")  # fmt: skip
+            elif not owner and not rival_owner and (reason is not None or rival.accepted < job.accepted):
+                self._bad(f"borrower {job.id} (accepted #{job.accepted}) dispatched"
+                          + (" by in-share preemption" if reason else "")
+                          + f" while borrower {rival.id} (accepted #{rival.accepted}) of "
+                          f"{other.name} fits by plain dispatch: FIFO (rulings 7, 8, 12)")  # fmt: skip
+
+    # -- 5: the victims ----------------------------------------------------------------------
+
+    def _check_victims(self, queue: Queue, job: Job, owner: bool, victims: list[dict]) -> None:
+        found: list[Job] = []
+        for fact in victims:
+            victim = self.jobs.get(fact["jobId"])
+            if victim is None or victim.status not in DISPATCHED or victim in found:
+                self._bad(f"{fact['jobId']} preempted while "
+                          f"{victim.status if victim else 'unknown'} (or twice)")  # fmt: skip
+                return
+            found.append(victim)
+        # Preemption is the last resort (3.4 rule 7), and the set is minimal (rulings 6, 10):
+        # with nothing preempted, or with any one victim kept, the preemptor does not fit.
+        if found and self._fits(queue, job):
+            self._bad(f"{job.id} preempted {[v.id for v in found]} although it fits without "
+                      "preempting (preemption is the last resort)")  # fmt: skip
+        elif len(found) > 1:
+            for kept in found:
+                if self._fits(queue, job, [v for v in found if v is not kept]):
+                    self._bad(f"victim set {[v.id for v in found]} of {job.id} is not minimal: "
+                              f"{kept.id} was not needed")  # fmt: skip
+                    break
+        needed = set(job.need)
+        for fact, victim in zip(victims, found):
+            reason = fact["reason"]
+            held = needed & set(victim.need)
+            if reason == "CROSS_SHARE_RECLAIM":
+                if not owner:
+                    self._bad(f"{job.id} reclaims from other shares although it would borrow (3.4 rule 4)")
+                over = [u for u in held if victim.share.used(u) > victim.share.limit(u)]
+                if victim.share is job.share or not over:
+                    self._bad(f"cross-share victim {victim.id} of {victim.share.name} holds no "
+                              f"unit {job.id} needs in which its share is over its limit")  # fmt: skip
+            elif reason == "IN_SHARE_PRIORITY":
+                if victim.share is not job.share or not job.share.in_share:
+                    self._bad(f"in-share victim {victim.id} of {victim.share.name} for {job.id} of "
+                              f"{job.share.name} (in-share preemption {job.share.in_share})")  # fmt: skip
+                if victim.priority >= job.priority:
+                    self._bad(f"in-share victim {victim.id} (priority {victim.priority}) is not "
+                              f"strictly lower than {job.id} (priority {job.priority})")  # fmt: skip
+                if not held:
+                    self._bad(f"in-share victim {victim.id} holds no unit {job.id} needs")
+            else:
+                self._bad(f"{victim.id} preempted for an unknown reason {reason}")
+            if reason != victims[0]["reason"]:
+                self._bad(f"victims of {job.id} preempted for different reasons")
+            self._free(victim, fact)
+
+    def _free(self, victim: Job, fact: dict[str, Any]) -> None:
+        """A victim's preemption: its live attempt, counted against its retries (8)."""
+        if int(fact["attempt"]) != victim.attempt:
+            self._bad(f"{victim.id} preempted at attempt {fact['attempt']}, its live one is {victim.attempt}")
+        count = victim.preempted + 1
+        requeue = victim.retries is None or count <= victim.retries
+        expected = "REQUEUED" if requeue else "FAILED"
+        if fact["outcome"] != expected or int(fact["preemptedAttemptCount"]) != count:
+            self._bad(f"{victim.id}'s preemption #{count} is {fact['outcome']} "
+                      f"(count {fact['preemptedAttemptCount']}), expected {expected}")  # fmt: skip
+        victim.preempted = count
+        self._set_status(victim, "RUNNABLE" if fact["outcome"] == "REQUEUED" else "FAILED")
+
+    # -- 7: stability ------------------------------------------------------------------------
+
+    def _check_stable(self) -> None:
+        """Ruling 4: after a command, no share's head fits by plain dispatch.  Every share is
+        looked at, DISABLED ones and those of a DISABLED queue included: they accept no new
+        jobs, but the jobs they hold are still scheduled (spec 1.4, 3.7).  A DISABLED service
+        environment places nothing (`_fits` is False there)."""
+        for queue in self.queues.values():
+            for share in queue.shares.values():
+                head = self._head(share)
+                if head is not None and self._fits(queue, head):
+                    self._bad(f"head {head.id} of {share.name} fits by plain dispatch but was left "
+                              "waiting (ruling 4)")  # fmt: skip
+
+
+def check_log(facts: list[dict[str, Any]], checker: IndependentChecker | None = None) -> IndependentChecker:
+    """Check a whole fact log, one command (a run of equal commandSeq) at a time."""
+    checker = checker if checker is not None else IndependentChecker()
+    for _seq, group in groupby(facts, key=lambda fact: fact["commandSeq"]):
+        checker.check_command(list(group))
+    return checker
