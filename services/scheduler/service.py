@@ -65,6 +65,7 @@ class Scheduler(Writer):
         self._snapshotting: asyncio.Task | None = None  # a snapshot being stored
         self._since_snapshot = 0
         self._durable_through = 0  # decided_through of the last batch whose facts all landed
+        self._term_ended = 0.0  # when this instance's last term ended (monotonic)
 
     # -- terms of office ---------------------------------------------------------------------
 
@@ -106,6 +107,7 @@ class Scheduler(Writer):
                               error=repr(error), exc_info=True)  # fmt: skip
                 finally:
                     self.leading.clear()
+                    self._term_ended = time.monotonic()
                     self._warm = None  # a term's state may run ahead of the log: start over
                     if self.members is not None:
                         self.members.leading.discard(self.partition)
@@ -122,9 +124,13 @@ class Scheduler(Writer):
         disk the lease bucket refuses the write (an error naming the store, or no answer at
         all while nobody holds the lease), and that must be said, not retried in silence."""
         error = self.lease.last_error
+        if isinstance(error, KeyWrongLastSequenceError):
+            await self._own_lease_stuck()
         if error is None or isinstance(error, KeyWrongLastSequenceError):
             return  # someone holds it
-        if isinstance(error, APIError):
+        # A KeyNotFoundError (an APIError without err_code): the create found the key, the
+        # read after it did not: a lease bucket whose store failed, judged as no answer below.
+        if isinstance(error, APIError) and getattr(error, "err_code", None) is not None:
             text = f"{error.err_code}: {error.description}"
             if refusal_cause(error.err_code or 0, error.description or "") == DISK_FULL:
                 self.health.full(self.partition, f"the lease bucket refused a write ({text})")
@@ -137,6 +143,21 @@ class Scheduler(Writer):
         if holder is None:
             self.health.full(self.partition, "the lease bucket answers reads but stored nothing "
                              "and sent no answer to a write (nats-server's store write error)")
+
+    async def _own_lease_stuck(self) -> None:
+        """This instance's own lease, still in the bucket long after its term ended (its
+        renewal and its release got no answer): a stream whose store hit a write error
+        neither stores writes nor expires entries, so nobody can lead again.  Say so."""
+        if time.monotonic() - self._term_ended < 2 * self.settings.lease_ttl_s:
+            return  # it expires by itself in a moment
+        try:
+            holder = await asyncio.wait_for(self.lease.holder_now(), 2.0)
+        except Exception:
+            return
+        if holder == self.lease.holder:
+            self.health.full(self.partition, "this instance's lease outlived its TTL in the "
+                             "lease bucket, which neither expires entries nor answers writes "
+                             "(nats-server's store write error)")  # fmt: skip
 
     async def _lead(self, stop: asyncio.Event) -> None:
         recovered = await self._recover_term()
