@@ -17,6 +17,7 @@ server that exits while starting reports the reason from its log.
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import errno
 import functools
@@ -146,6 +147,21 @@ class EmbeddedServer:
         """Start the server and wait until it listens; `ServerStartError` (one line) if it
         cannot: the port is taken (`PortInUse`), the directory or log cannot be written, the
         server exits (its log's reason) or does not listen in `timeout` seconds."""
+        self._wait_listening(timeout, self._launch())
+        return self
+
+    async def restart(self, timeout: float = 10.0) -> EmbeddedServer:
+        """Stop the server cleanly (SIGTERM, wait) and start it again on the same port and
+        store, without blocking the event loop while it stops and starts listening.  Call it
+        from the main thread's loop: the new server is forked from it, so that it too dies
+        with this process (`die_with_parent`).  `ServerStartError` if it cannot start."""
+        await asyncio.to_thread(self.stop, timeout)
+        log_offset = self._launch()
+        await asyncio.to_thread(self._wait_listening, timeout, log_offset)
+        return self
+
+    def _launch(self) -> int:
+        """Start the server process; where this start's lines begin in its log."""
         check_port_free(self.port)
         log_offset = self._open_files()
         args = [server_binary(), "-a", HOST, "-p", str(self.port), "-js",
@@ -154,8 +170,7 @@ class EmbeddedServer:
             self.process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
                                             start_new_session=True, pass_fds=self.inherit_fds,
                                             preexec_fn=die_with_parent())  # fmt: skip
-        self._wait_listening(timeout, log_offset)
-        return self
+        return log_offset
 
     def _open_files(self) -> int:
         """Create the data directory and the log; the log's size, where this start's lines

@@ -25,6 +25,7 @@ from services.metrics import MetricsEndpoint, ProjectorPart, SchedulerPart
 from services.projector.service import Projector, ProjectorOptions
 from services.projector.thread import ProjectorThread
 from services.scheduler.service import Scheduler
+from services.storage_watch import StorageWatch
 from services.settings import Settings
 
 log = logs.get("quotasched.runtime")
@@ -91,9 +92,12 @@ class Stack:
         if self.with_scheduler:
             self.scheduler = Scheduler(nc, self.settings)
             self._task = asyncio.create_task(self.scheduler.run(self.stop))
+            self._task.add_done_callback(self._scheduler_ended)
             self._exit.push_async_callback(self._stop_scheduler)
             await self.expose(self.scheduler)
             await asyncio.wait_for(self.scheduler.leading.wait(), self.settings.lease_ttl_s * 3)
+            if self.server is not None:
+                self._watch_storage(self.scheduler)
         if self.projector_db is not None:
             await self._start_projector()
         if self.executor_kind != "none":
@@ -120,6 +124,33 @@ class Stack:
             lock.record_server(self.server.process.pid)
         self.url = self.server.url
         self.settings = self.settings.model_copy(update={"nats_url": self.url})
+
+    def _watch_storage(self, scheduler: Scheduler) -> None:
+        """Watch the data directory's disk; after the store was reported full or the disk
+        short of space, restart the embedded server once space is back but the scheduler
+        still cannot write (services/storage_watch.py)."""
+        settings = self.settings
+        # a couple of the scheduler's tries: its pause, a lease, an append and its diagnosis
+        grace = 2 * (settings.lease_ttl_s + 2 * settings.publish_timeout_s) + 5
+        watch = StorageWatch(settings.data_dir, lambda: scheduler.health.storage_full,
+                             scheduler.leading.is_set, self._restart_server, grace)  # fmt: skip
+        task = asyncio.create_task(watch.run(self.stop))
+
+        async def stop_watch() -> None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+        self._exit.push_async_callback(stop_watch)  # before the server is stopped
+
+    async def _restart_server(self) -> None:
+        """Stop the embedded server cleanly and start it again on the same port and store."""
+        await self.server.restart()
+        if self.data_lock is not None:
+            try:
+                self.data_lock.record_server(self.server.process.pid)
+            except OSError as error:  # the lock file's disk may still be short of space
+                log.warning("the data directory's lock does not name the new server's pid",
+                            error=str(error))  # fmt: skip
 
     async def _start_projector(self) -> None:
         # Its own thread and event loop: a batch's apply blocks its loop, not the scheduler's.
@@ -178,10 +209,22 @@ class Stack:
             await asyncio.to_thread(runner.stop)
             self.failed = self.failed or runner.error
 
+    def _scheduler_ended(self, task: asyncio.Task) -> None:
+        """The scheduler's loop ended: fine when the stack stops; an error otherwise, said
+        at once (not when `up` is stopped, maybe days later), and the stack stops, non-zero:
+        nothing would decide commands any more."""
+        if task.cancelled() or task.exception() is None:
+            return
+        error = task.exception()
+        self.failed = self.failed or error
+        log.error("the scheduler stopped on an error; stopping", error=repr(error),
+                  exc_info=error)  # fmt: skip
+        self.stop.set()
+
     async def _stop_scheduler(self) -> None:
         self.stop.set()
         if self._task is not None:
-            await self._task
+            await asyncio.gather(self._task, return_exceptions=True)  # _scheduler_ended said it
 
     async def __aexit__(self, *exc_info) -> None:
         self.stop.set()
