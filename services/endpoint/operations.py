@@ -1,0 +1,287 @@
+"""Each supported AWS Batch operation, as the rest of quotasched already knows it: a write is
+the same command every other path publishes (decided by the scheduler, its refusal answered
+as AWS's ClientException), a read is the scheduler's read API (`services/scheduler/api.py`,
+`qm.api.<queue>.<verb>`).  Nothing here keeps state: no second source of truth."""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+from quotasched.services.scheduler.api import ARN, job_arn
+
+DECISION_WAIT_S = 30.0
+
+
+class Refused(Exception):
+    """An answer in AWS's error shape: ClientException (400) or ServerException (500)."""
+
+    def __init__(self, message: str, status: int = 400, kind: str = "ClientException"):
+        super().__init__(message)
+        self.message, self.status, self.kind = message, status, kind
+
+
+def _name(value: str | None) -> str | None:
+    return value.rsplit("/", 1)[-1] if isinstance(value, str) and value.startswith("arn:") else value
+
+
+def share_arn(queue: str, share: str) -> str:
+    return f"{ARN}:job-queue/{queue}/quota-share/{share}"
+
+
+def _share_of(arn: str) -> tuple[str, str]:
+    _, _, rest = arn.partition(":job-queue/")
+    queue, _, share = rest.partition("/quota-share/")
+    if not queue or not share or "/" in share:
+        raise Refused(f"{arn} is not a quota share ARN ({ARN}:job-queue/<queue>/quota-share/<name>)")
+    return queue, share
+
+
+# -- the bus ---------------------------------------------------------------------------------
+
+
+async def _decide(bus, command: dict[str, Any]) -> list:
+    """Publish one command and wait for its decision; a refusal is a ClientException."""
+    from nats.errors import NoRespondersError
+    from nats.js.errors import NotFoundError
+
+    from quotasched.events.codec import DecodeError, decode_command
+    from quotasched.events.facts import CommandRejected
+    from quotasched.services.client import ClientError
+
+    command = {key: value for key, value in command.items() if value is not None}
+    try:
+        decode_command(json.dumps(command))
+    except DecodeError as error:
+        raise Refused(error.reason) from None
+    try:
+        facts = await bus.submit_and_wait(command, timeout=DECISION_WAIT_S)
+    except ClientError as error:  # e.g. the job to update does not exist
+        raise Refused(str(error)) from None
+    except NotFoundError:
+        raise Refused("the NATS server has no quotasched streams yet", 500, "ServerException") from None
+    except (TimeoutError, NoRespondersError) as error:
+        raise Refused(f"no decision yet: {error or 'no scheduler answered'}; the command may be "
+                      "stored and decided later", 500, "ServerException") from None  # fmt: skip
+    for fact in facts:
+        if isinstance(fact, CommandRejected):
+            raise Refused(fact.status_reason)
+    return facts
+
+
+async def _ask(bus, verb: str, **params: Any) -> dict[str, Any]:
+    from nats.errors import NoRespondersError
+
+    from quotasched.services.client import ClientError
+
+    try:
+        return await bus.request(verb, **{k: v for k, v in params.items() if v is not None})
+    except ClientError as error:
+        raise Refused(str(error)) from None
+    except (NoRespondersError, TimeoutError):
+        raise Refused("no scheduler answered", 500, "ServerException") from None
+
+
+def _page(items: list, params: dict[str, Any], key: str, default: int = 100) -> dict[str, Any]:
+    """AWS's paging over a list: `maxResults`, and an opaque `nextToken` (an offset)."""
+    start = _offset(params["nextToken"]) if params.get("nextToken") else 0
+    limit = params.get("maxResults") or default
+    page = {key: items[start : start + limit]}
+    if len(items) > start + limit:
+        token = json.dumps({"offset": start + limit}).encode()
+        page["nextToken"] = base64.urlsafe_b64encode(token).decode()
+    return page
+
+
+# -- writes ----------------------------------------------------------------------------------
+
+
+async def create_scheduling_policy(bus, p: dict) -> dict:
+    if p.get("fairsharePolicy") is not None:
+        raise Refused("fairsharePolicy is not supported: quotasched schedules quota-share queues "
+                      "(give quotaSharePolicy)")  # fmt: skip
+    await _decide(bus, {"kind": "CreateSchedulingPolicy", "name": p["name"],
+                        "quotaSharePolicy": p.get("quotaSharePolicy"), "tags": p.get("tags")})
+    return {"name": p["name"], "arn": f"{ARN}:scheduling-policy/{p['name']}"}
+
+
+async def create_service_environment(bus, p: dict) -> dict:
+    await _decide(bus, {"kind": "CreateServiceEnvironment", **p})
+    name = p["serviceEnvironmentName"]
+    return {"serviceEnvironmentName": name, "serviceEnvironmentArn": f"{ARN}:service-environment/{name}"}
+
+
+async def update_service_environment(bus, p: dict) -> dict:
+    await _decide(bus, {"kind": "UpdateServiceEnvironment", **p})
+    name = _name(p["serviceEnvironment"])
+    return {"serviceEnvironmentName": name, "serviceEnvironmentArn": f"{ARN}:service-environment/{name}"}
+
+
+def _no_compute(p: dict) -> None:
+    if p.get("computeEnvironmentOrder") is not None:
+        raise Refused("quotasched job queues run on service environments: give "
+                      "serviceEnvironmentOrder, not computeEnvironmentOrder")  # fmt: skip
+
+
+async def create_job_queue(bus, p: dict) -> dict:
+    _no_compute(p)
+    if not p.get("schedulingPolicyArn"):
+        raise Refused("a quota-share job queue needs schedulingPolicyArn (a scheduling policy "
+                      "with a quotaSharePolicy)")  # fmt: skip
+    command = {key: value for key, value in p.items() if key != "schedulingPolicyArn"}
+    await _decide(bus, {"kind": "CreateJobQueue", **command,
+                        "schedulingPolicy": p["schedulingPolicyArn"]})
+    name = p["jobQueueName"]
+    return {"jobQueueName": name, "jobQueueArn": f"{ARN}:job-queue/{name}"}
+
+
+async def update_job_queue(bus, p: dict) -> dict:
+    _no_compute(p)
+    for member in ("schedulingPolicyArn", "serviceEnvironmentOrder"):
+        if p.get(member) is not None:
+            raise Refused(f"changing a job queue's {member} is not supported by quotasched yet")
+    await _decide(bus, {"kind": "UpdateJobQueue", **p})
+    name = _name(p["jobQueue"])
+    return {"jobQueueName": name, "jobQueueArn": f"{ARN}:job-queue/{name}"}
+
+
+async def create_quota_share(bus, p: dict) -> dict:
+    await _decide(bus, {"kind": "CreateQuotaShare", **p})
+    queue = _name(p["jobQueue"])
+    return {"quotaShareName": p["quotaShareName"],
+            "quotaShareArn": share_arn(queue, p["quotaShareName"])}
+
+
+async def update_quota_share(bus, p: dict) -> dict:
+    queue, share = _share_of(p["quotaShareArn"])
+    rest = {key: value for key, value in p.items() if key != "quotaShareArn"}
+    await _decide(bus, {"kind": "UpdateQuotaShare", "jobQueue": queue, "quotaShareName": share,
+                        **rest})
+    return {"quotaShareName": share, "quotaShareArn": share_arn(queue, share)}
+
+
+async def delete_quota_share(bus, p: dict) -> dict:
+    queue, share = _share_of(p["quotaShareArn"])
+    await _decide(bus, {"kind": "DeleteQuotaShare", "jobQueue": queue, "quotaShareName": share})
+    return {}
+
+
+async def submit_service_job(bus, p: dict) -> dict:
+    facts = await _decide(bus, {"kind": "SubmitServiceJob", **p})
+    # the decision may begin with timers it fired (other jobs' facts): take the job's own
+    job_id = next(fact.job_id for fact in facts
+                  if fact.kind in ("JobSubmitted", "SubmissionDeduplicated"))  # fmt: skip
+    return {"jobArn": job_arn(job_id), "jobName": p["jobName"], "jobId": job_id}
+
+
+async def update_service_job(bus, p: dict) -> dict:
+    job = await _ask(bus, "describe-service-job", jobId=p["jobId"])
+    await _decide(bus, {"kind": "UpdateServiceJob", "jobId": job["jobId"],
+                        "schedulingPriority": p["schedulingPriority"]})
+    return {"jobArn": job_arn(job["jobId"]), "jobName": job["jobName"], "jobId": job["jobId"]}
+
+
+async def terminate_service_job(bus, p: dict) -> dict:
+    await _decide(bus, {"kind": "TerminateServiceJob", "jobId": _name(p["jobId"]),
+                        "reason": p["reason"]})
+    return {}
+
+
+# -- reads -----------------------------------------------------------------------------------
+
+
+async def describe_service_job(bus, p: dict) -> dict:
+    return await _ask(bus, "describe-service-job", jobId=p["jobId"])
+
+
+async def list_service_jobs(bus, p: dict) -> dict:
+    if not p.get("jobQueue"):
+        raise Refused("quotasched lists the jobs of one job queue: give jobQueue")
+    start = _offset(p["nextToken"]) if p.get("nextToken") else 0
+    wanted = p.get("maxResults") or 100
+    answer = await _ask(bus, "list-service-jobs", jobQueue=p["jobQueue"],
+                        jobStatus=p.get("jobStatus"), filters=p.get("filters"),
+                        maxResults=start + wanted + 1)  # fmt: skip
+    return _page(answer["jobSummaryList"], p, "jobSummaryList")
+
+
+def _offset(token: str) -> int:
+    try:
+        return int(json.loads(base64.urlsafe_b64decode(token))["offset"])
+    except (ValueError, KeyError, TypeError):
+        raise Refused("nextToken is not one this endpoint gave") from None
+
+
+async def get_job_queue_snapshot(bus, p: dict) -> dict:
+    return await _ask(bus, "get-job-queue-snapshot", jobQueue=p["jobQueue"])
+
+
+async def list_quota_shares(bus, p: dict) -> dict:
+    answer = await _ask(bus, "list-quota-shares", jobQueue=p["jobQueue"])
+    return _page(answer["quotaShares"], p, "quotaShares")
+
+
+async def describe_quota_share(bus, p: dict) -> dict:
+    queue, _ = _share_of(p["quotaShareArn"])
+    return await _ask(bus, "describe-quota-share", jobQueue=queue, quotaShareArn=p["quotaShareArn"])
+
+
+def _named(items: list[dict], wanted: list[str] | None, field: str) -> list[dict]:
+    names = {_name(item) for item in wanted or []}
+    return [item for item in items if not names or item[field] in names]
+
+
+async def describe_service_environments(bus, p: dict) -> dict:
+    answer = await _ask(bus, "describe-service-environments")
+    items = [{**env, "serviceEnvironmentArn": f"{ARN}:service-environment/{env['serviceEnvironmentName']}",
+              "serviceEnvironmentType": "SAGEMAKER_TRAINING"}
+             for env in answer["serviceEnvironments"]]  # fmt: skip
+    return _page(_named(items, p.get("serviceEnvironments"), "serviceEnvironmentName"), p,
+                 "serviceEnvironments")  # fmt: skip
+
+
+async def describe_job_queues(bus, p: dict) -> dict:
+    answer = await _ask(bus, "describe-job-queues")
+    items = []
+    for queue in answer["jobQueues"]:
+        policy = queue.get("schedulingPolicy")
+        items.append({**queue, "jobQueueType": "SAGEMAKER_TRAINING", "schedulingPolicyArn": (
+            policy if policy is None or policy.startswith("arn:")
+            else f"{ARN}:scheduling-policy/{policy}")})  # fmt: skip
+    return _page(_named(items, p.get("jobQueues"), "jobQueueName"), p, "jobQueues")
+
+
+async def describe_scheduling_policies(bus, p: dict) -> dict:
+    answer = await _ask(bus, "describe-scheduling-policies")
+    return {"schedulingPolicies": _named(answer["schedulingPolicies"], p.get("arns"), "name")}
+
+
+OPERATIONS = {
+    "CreateSchedulingPolicy": create_scheduling_policy,
+    "CreateServiceEnvironment": create_service_environment,
+    "UpdateServiceEnvironment": update_service_environment,
+    "CreateJobQueue": create_job_queue,
+    "UpdateJobQueue": update_job_queue,
+    "CreateQuotaShare": create_quota_share,
+    "UpdateQuotaShare": update_quota_share,
+    "DeleteQuotaShare": delete_quota_share,
+    "SubmitServiceJob": submit_service_job,
+    "UpdateServiceJob": update_service_job,
+    "TerminateServiceJob": terminate_service_job,
+    "DescribeServiceJob": describe_service_job,
+    "ListServiceJobs": list_service_jobs,
+    "GetJobQueueSnapshot": get_job_queue_snapshot,
+    "ListQuotaShares": list_quota_shares,
+    "DescribeQuotaShare": describe_quota_share,
+    "DescribeServiceEnvironments": describe_service_environments,
+    "DescribeJobQueues": describe_job_queues,
+    "DescribeSchedulingPolicies": describe_scheduling_policies,
+}
+
+
+async def perform(bus, operation: str, params: dict[str, Any]) -> dict[str, Any]:
+    handler = OPERATIONS.get(operation)
+    if handler is None:
+        raise Refused(f"operation {operation} is not supported by quotasched yet")
+    return await handler(bus, params)
