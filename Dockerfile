@@ -4,6 +4,7 @@ FROM python:3.11-slim
 ENV PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /app
 COPY pyproject.toml README.md ./
+COPY quotasched ./quotasched
 COPY events ./events
 COPY services ./services
 COPY projections ./projections

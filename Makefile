@@ -14,9 +14,9 @@ $(STAMP): pyproject.toml
 
 # Compile the decision core with mypyc when its sources changed since the last build (a few
 # seconds to check, ~30 s to build); without a C compiler it says so and the core runs
-# interpreted.  `python -m services.native status` tells which one runs.
+# interpreted.  `python -m quotasched.services.native status` tells which one runs.
 native: $(STAMP)
-	$(BIN)/python -m services.native build
+	$(BIN)/python -m quotasched.services.native build
 
 demo: native
 	$(BIN)/quotasched demo

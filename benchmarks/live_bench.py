@@ -88,9 +88,9 @@ from nats.js.api import (  # noqa: E402
     StreamConfig,
 )
 
-from events.codec import decode_command  # noqa: E402
-from events.subjects import COMMANDS_STREAM, FACTS_STREAM, subject_for_command  # noqa: E402
-from services.embedded import EmbeddedServer  # noqa: E402
+from quotasched.events.codec import decode_command  # noqa: E402
+from quotasched.events.subjects import COMMANDS_STREAM, FACTS_STREAM, subject_for_command  # noqa: E402
+from quotasched.services.embedded import EmbeddedServer  # noqa: E402
 
 RATIO_TARGET = 0.50
 P99_TARGET_MS = 10.0
@@ -307,7 +307,7 @@ def mixed_workload(n: int, seed: int = 7, target_queued: int = 2000) -> tuple[li
     (RUNNING / SUCCEEDED / FAILED of a dispatched attempt), steered so the queue holds about
     `target_queued` RUNNABLE jobs.  No `at` (the scheduler stamps the stream timestamp, as for
     real clients) and no timers, so the local core and the live one see the same decisions."""
-    from services.scheduler.core import State, step
+    from quotasched.services.scheduler.core import State, step
 
     capacity, share_limit = 200, 40
     messages = setup_commands(capacity, share_limit)
@@ -549,8 +549,8 @@ class SchedulerProcess:
 
 
 async def ensure_streams(url: str) -> None:
-    from services.bus import ensure_streams as ensure
-    from services.settings import Settings
+    from quotasched.services.bus import ensure_streams as ensure
+    from quotasched.services.settings import Settings
 
     nc = await connect(url, "live-bench-setup")
     await ensure(nc.jetstream(), Settings(nats_url=url))
@@ -581,9 +581,9 @@ async def run_scheduler(messages: list[tuple[str, bytes]], mode: str, profile: s
             if mode == "subprocess":
                 process = SchedulerProcess(server.url, Path(server.data_dir) / "scheduler.log", profile, profile_out)
             else:
-                from services.bus import connect as bus_connect
-                from services.scheduler.service import Scheduler
-                from services.settings import Settings
+                from quotasched.services.bus import connect as bus_connect
+                from quotasched.services.scheduler.service import Scheduler
+                from quotasched.services.settings import Settings
 
                 snc = await bus_connect(server.url, "quotasched-scheduler")
                 scheduler = Scheduler(snc, Settings(nats_url=server.url))
@@ -619,7 +619,7 @@ class BatchSplit:
     service's code, to split the writer's time between the two."""
 
     def __init__(self) -> None:
-        import services.scheduler.service as service
+        import quotasched.services.scheduler.service as service
 
         self.service = service
         self.original_decide = service.Scheduler._decide_batch
@@ -823,7 +823,7 @@ async def run_append_probe(samples: int) -> list[Probe]:
     """Sequential round trips on one connection: a plain `js.publish` with a msg id, and the
     scheduler's append (services.bus.FactAppender: 2 facts pipelined, each fenced with
     Nats-Expected-Last-Subject-Sequence on a wildcard) on a file stream and on a memory one."""
-    from services.bus import FactAppender
+    from quotasched.services.bus import FactAppender
 
     payload = (b'{"kind":"JobDispatched","at":1.0,"commandSeq":1,"jobId":"lb-00000001","attempt":1,'
                b'"jobQueue":"lb-q","quotaShareName":"lb-share-0","capacityUsage":[{"capacityUnit":'
@@ -936,7 +936,7 @@ def mark(ok: bool) -> str:
 
 async def main_async(args) -> int:
     _patch_publish_async()
-    from services import logs
+    from quotasched.services import logs
 
     logs.configure("WARNING")  # the in-process scheduler's INFO lines would interleave the report
     n = args.commands or (20_000 if args.quick else 100_000)

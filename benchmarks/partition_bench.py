@@ -102,8 +102,8 @@ import nats.js.errors  # noqa: E402
 
 from nats.js.api import ConsumerConfig, DeliverPolicy  # noqa: E402
 
-from events.codec import decode_command  # noqa: E402
-from events.subjects import COMMANDS_STREAM, FACTS_STREAM, parse_command_subject, subject_for_command  # noqa: E402
+from quotasched.events.codec import decode_command  # noqa: E402
+from quotasched.events.subjects import COMMANDS_STREAM, FACTS_STREAM, parse_command_subject, subject_for_command  # noqa: E402
 from live_bench import (  # noqa: E402
     DURABLE,
     ENVIRONMENT,
@@ -128,7 +128,7 @@ from live_bench import (  # noqa: E402
     setup_commands,
     watch_ack_floor,
 )
-from services.scheduler.partition import Partition  # noqa: E402
+from quotasched.services.scheduler.partition import Partition  # noqa: E402
 
 POLL_S = 0.02
 BASE_AT = 1_767_225_600.0  # 2026-01-01T00:00:00Z
@@ -290,13 +290,13 @@ async def watch_ack_floors(js, subjects: list[str], consumers: dict[str, Partiti
 
 def core_fact_count(scope: Partition, commands) -> int:
     """How many facts the core gives partition `scope` over its commands."""
-    from services.scheduler.routing import decide_partition
+    from quotasched.services.scheduler.routing import decide_partition
 
     return len(decide_partition(scope, commands))
 
 
 async def verify_queue_facts(js, queues: list[str]) -> str:
-    from services.scheduler.log import read_commands
+    from quotasched.services.scheduler.log import read_commands
 
     commands = await read_commands(js)
     lines = []

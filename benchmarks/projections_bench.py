@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from projections import rebuild, store  # noqa: E402
+from quotasched.projections import rebuild, store  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "out"
 TARGET = 500_000
@@ -78,7 +78,7 @@ def decode_floor(lines: list[bytes]) -> tuple[str, float]:
 
 
 def pydantic_rate(lines: list[bytes]) -> float:
-    from events.codec import decode_fact
+    from quotasched.events.codec import decode_fact
 
     sample = lines[:50_000]
     started = time.perf_counter()
@@ -126,7 +126,7 @@ def incremental(lines: list[bytes], directory: str, batch: int, batches: int = 8
 
 
 def reads(directory: str) -> list[tuple[str, float]]:
-    from projections import queries as verbs
+    from quotasched.projections import queries as verbs
 
     queries = [
         ("jobs: status counts", "SELECT status, count(*) FROM jobs GROUP BY ALL"),
@@ -163,11 +163,11 @@ def stream_rebuilds(lines: list[bytes], reps: int) -> tuple[float, float, list[f
     import asyncio
     import json
 
-    from events.subjects import fact_subject
-    from services.bus import connect, ensure_streams
-    from services.embedded import EmbeddedServer
-    from services.scheduler.log import read_log_chunks
-    from services.settings import Settings
+    from quotasched.events.subjects import fact_subject
+    from quotasched.services.bus import connect, ensure_streams
+    from quotasched.services.embedded import EmbeddedServer
+    from quotasched.services.scheduler.log import read_log_chunks
+    from quotasched.services.settings import Settings
 
     async def run(directory: str) -> tuple[float, float, list[float]]:
         server = EmbeddedServer(os.path.join(directory, "nats")).start()

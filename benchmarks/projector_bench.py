@@ -54,15 +54,15 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-import projections  # noqa: E402
-from events.codec import encode  # noqa: E402
-from events.subjects import FACTS_STREAM, fact_subject  # noqa: E402
-from services.bus import connect, ensure_streams  # noqa: E402
-from services.embedded import EmbeddedServer  # noqa: E402
-from services.projector import APPLIED_SUBJECT  # noqa: E402
-from services.projector.client import ProjectorError, request  # noqa: E402
-from services.replay import replay_lines  # noqa: E402
-from services.settings import Settings  # noqa: E402
+from quotasched import projections  # noqa: E402
+from quotasched.events.codec import encode  # noqa: E402
+from quotasched.events.subjects import FACTS_STREAM, fact_subject  # noqa: E402
+from quotasched.services.bus import connect, ensure_streams  # noqa: E402
+from quotasched.services.embedded import EmbeddedServer  # noqa: E402
+from quotasched.services.projector import APPLIED_SUBJECT  # noqa: E402
+from quotasched.services.projector.client import ProjectorError, request  # noqa: E402
+from quotasched.services.replay import replay_lines  # noqa: E402
+from quotasched.services.settings import Settings  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "out"
 QUOTASCHED = str(Path(sys.executable).parent / "quotasched")

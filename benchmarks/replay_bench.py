@@ -22,7 +22,7 @@ only the fixed window of mixed commands that follows is timed.
 Targets (from the issue): replay <= 3x the floor on the 200k-command workload, and cost per
 command flat as queues grow (largest / smallest <= 1.5 over the 50k..400k-command workloads).
 
-The decision core runs compiled when `python -m services.native build` has built it (`make
+The decision core runs compiled when `python -m quotasched.services.native build` has built it (`make
 bench` does); the header says which, and the main workload is then measured once more with
 the interpreted core (QUOTASCHED_PURE_PYTHON=1) for comparison.
 """
@@ -94,9 +94,9 @@ def _replay(lines: list[bytes], start: int) -> tuple[float, float, int, int]:
     """CPU and wall seconds for lines[start:] (facts encoded as the CLI does), facts, bytes.
 
     lines[:start] are replayed first into the same state, untimed and unencoded."""
-    from events.codec import encode_bytes
-    from services.replay import replay_lines
-    from services.scheduler.core import State
+    from quotasched.events.codec import encode_bytes
+    from quotasched.services.replay import replay_lines
+    from quotasched.services.scheduler.core import State
 
     clock: list[tuple[float, float]] = []
 
@@ -118,7 +118,7 @@ def _replay(lines: list[bytes], start: int) -> tuple[float, float, int, int]:
 
 def measure(path: Path, window_size: int, reps: int) -> dict:
     """Time the last `window_size` lines (all of them when 0 or more than there are)."""
-    import services.replay  # noqa: F401  (import before fingerprinting what was imported)
+    import quotasched.services.replay  # noqa: F401  (import before fingerprinting what was imported)
 
     fingerprint = source_fingerprint()
     lines = _read_lines(path)
@@ -146,7 +146,7 @@ def measure(path: Path, window_size: int, reps: int) -> dict:
 
 
 def _compiled() -> bool:
-    from services.scheduler.core import COMPILED
+    from quotasched.services.scheduler.core import COMPILED
 
     return COMPILED
 
@@ -155,7 +155,7 @@ def profile(path: Path, top: int, dump: Path) -> None:
     import cProfile
     import pstats
 
-    import services.replay  # noqa: F401
+    import quotasched.services.replay  # noqa: F401
 
     print(f"core source {source_fingerprint()}")
     lines = _read_lines(path)
@@ -290,7 +290,7 @@ def main(argv: list[str] | None = None) -> None:
         levels = [level for level in levels if level <= args.max_level] or [args.max_level]
     started = time.perf_counter()
     fingerprint = source_fingerprint()
-    from services.scheduler.core import COMPILED, CORE_BUILD
+    from quotasched.services.scheduler.core import COMPILED, CORE_BUILD
 
     print(f"quotasched replay benchmark ({'quick' if args.quick else 'full'}, best of {reps}; "
           f"Python {sys.version.split()[0]}, {os.cpu_count()} CPUs; core source {fingerprint})",

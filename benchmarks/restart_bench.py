@@ -53,9 +53,9 @@ from live_bench import (  # noqa: E402
     watch_ack_floor,
 )
 
-from events.codec import decode_command  # noqa: E402
-from events.subjects import COMMANDS_STREAM, SNAPSHOTS_BUCKET, subject_for_command  # noqa: E402
-from services.replay import replay_lines  # noqa: E402
+from quotasched.events.codec import decode_command  # noqa: E402
+from quotasched.events.subjects import COMMANDS_STREAM, SNAPSHOTS_BUCKET, subject_for_command  # noqa: E402
+from quotasched.services.replay import replay_lines  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "out"
 TARGET_S = 10.0  # "seconds": state rebuilt (snapshot + tail) within ten of process start

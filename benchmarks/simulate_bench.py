@@ -25,7 +25,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from services.simulate import load_config, read_trace, simulate  # noqa: E402
+from quotasched.services.simulate import load_config, read_trace, simulate  # noqa: E402
 
 TARGET_S = 10.0
 

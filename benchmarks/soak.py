@@ -45,10 +45,10 @@ from nats.js.api import StreamConfig  # noqa: E402
 from nats.errors import TimeoutError as NatsTimeout  # noqa: E402
 from nats.js.errors import APIError  # noqa: E402
 
-from services.bus import STORAGE_CODES  # noqa: E402
-from services.client import Bus  # noqa: E402
-from services.embedded import EmbeddedServer  # noqa: E402
-from services.projector.client import wait_for_position  # noqa: E402
+from quotasched.services.bus import STORAGE_CODES  # noqa: E402
+from quotasched.services.client import Bus  # noqa: E402
+from quotasched.services.embedded import EmbeddedServer  # noqa: E402
+from quotasched.services.projector.client import wait_for_position  # noqa: E402
 from tests.integration.conftest import Process  # noqa: E402
 from tests.integration.helpers import (  # noqa: E402
     assert_decided_once,

@@ -49,7 +49,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from services.scheduler.core import State, step_raw  # noqa: E402
+from quotasched.services.scheduler.core import State, step_raw  # noqa: E402
 
 ENVIRONMENT = "bench-se"
 POLICY = "bench-fifo"

@@ -13,9 +13,9 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from events.base import NAME_PATTERN, NAME_RULE
-from events.commands import COMMAND_KINDS, AnyCommand, Command
-from events.facts import AnyFact, Fact
+from quotasched.events.base import NAME_PATTERN, NAME_RULE
+from quotasched.events.commands import COMMAND_KINDS, AnyCommand, Command
+from quotasched.events.facts import AnyFact, Fact
 
 COMMANDS: TypeAdapter[Command] = TypeAdapter(AnyCommand)
 FACTS: TypeAdapter[Fact] = TypeAdapter(AnyFact)

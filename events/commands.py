@@ -13,8 +13,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
-from events.base import INT32_MAX, MAX_INSTANCES, JobId, LogicalTime, Name, NameOrArn, Priority, Wire
-from events.values import (
+from quotasched.events.base import INT32_MAX, MAX_INSTANCES, JobId, LogicalTime, Name, NameOrArn, Priority, Wire
+from quotasched.events.values import (
     EnvironmentLimits,
     JobPreemptionConfiguration,
     JobStateTimeLimitAction,

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import Field
 
-from events.base import Wire
-from events.values import (
+from quotasched.events.base import Wire
+from quotasched.events.values import (
     BlockedReason,
     CapacityUsage,
     EnvironmentCapacityLimit,
@@ -36,7 +36,7 @@ from events.values import (
 )
 
 if TYPE_CHECKING:
-    from events.commands import SubmitServiceJob
+    from quotasched.events.commands import SubmitServiceJob
 
 
 class Fact(Wire):

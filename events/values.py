@@ -13,7 +13,7 @@ from typing import Annotated
 
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
-from events.base import INT32_MAX, MAX_INSTANCES, Name, NameOrArn, Wire
+from quotasched.events.base import INT32_MAX, MAX_INSTANCES, Name, NameOrArn, Wire
 
 
 class State(str, Enum):

@@ -8,12 +8,12 @@
 See projections/README.md for the tables, the rollup definitions and example queries.
 """
 
-from projections.queries import QueryError, answer, checksum, utilization
-from projections.rebuild import Rebuilt, rebuild_from_file, rebuild_from_stream
-from projections.errors import (FactNotApplicable, ProjectionError, ProjectionLocked,
+from quotasched.projections.queries import QueryError, answer, checksum, utilization
+from quotasched.projections.rebuild import Rebuilt, rebuild_from_file, rebuild_from_stream
+from quotasched.projections.errors import (FactNotApplicable, ProjectionError, ProjectionLocked,
                                 SchemaMismatch, SpoolFailed)
-from projections.schema import SCHEMA_VERSION
-from projections.store import ProjectionStore, open  # noqa: A004 (the store's open)
+from quotasched.projections.schema import SCHEMA_VERSION
+from quotasched.projections.store import ProjectionStore, open  # noqa: A004 (the store's open)
 
 __all__ = [
     "SCHEMA_VERSION", "FactNotApplicable", "ProjectionError", "ProjectionLocked",

@@ -14,7 +14,7 @@ Field names in the messages are the wire's (camelCase).
 
 from __future__ import annotations
 
-from projections.rows import DISPATCHED
+from quotasched.projections.rows import DISPATCHED
 
 KINDS = (
     "CommandRejected", "ServiceEnvironmentCreated", "ServiceEnvironmentUpdated",

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from projections import schema, views
+from quotasched.projections import schema, views
 
 ARN = "arn:aws:batch:local:000000000000"  # as services/scheduler/api.py answers
 

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 
 import duckdb
 
-from projections import store as store_module
-from projections.errors import SpoolFailed
+from quotasched.projections import store as store_module
+from quotasched.projections.errors import SpoolFailed
 
 STEPS = ("reading file", "parsing facts", "checking facts", "allocation_starts",
          "attempt_starts", "attempt_ends", "allocation_ends", "attempt_ends_added",
@@ -98,8 +98,8 @@ async def rebuild_from_stream(js, db_path: str, progress: bool = False,
     exactly (a line break inside it, anything around its JSON object) is applied on its own,
     as the live projector would apply it, and so is a run the reader refuses: the error then
     names the stream sequence of the fact."""
-    from services.bus import last_sequence
-    from services.scheduler.log import ALL_FACTS, read_log_chunks
+    from quotasched.services.bus import last_sequence
+    from quotasched.services.scheduler.log import ALL_FACTS, read_log_chunks
 
     building = _fresh(db_path)
     started = time.perf_counter()

@@ -15,7 +15,7 @@ batches of any size and a resume after a crash all give the same tables.
 
 from __future__ import annotations
 
-from projections.errors import SchemaMismatch
+from quotasched.projections.errors import SchemaMismatch
 
 # Views and macros live in the file too: bump this whenever a table, view or macro changes, so
 # an old file is refused (and rebuilt) instead of answering with yesterday's definitions.
@@ -154,7 +154,7 @@ TABLES = (
 
 def create(con) -> None:
     """Create every table, view and macro in an empty database."""
-    from projections import rollups, rows, views
+    from quotasched.projections import rollups, rows, views
 
     fields_type = con.execute(f"SELECT typeof({rows.FIELDS}) FROM "
                               "(SELECT json_transform('{}', $spec) AS f)",

@@ -32,8 +32,8 @@ from typing import Any
 
 import duckdb
 
-from projections import checks, rows, schema
-from projections.errors import (FactNotApplicable, FileNotReadable, ProjectionError,
+from quotasched.projections import checks, rows, schema
+from quotasched.projections.errors import (FactNotApplicable, FileNotReadable, ProjectionError,
                                 ProjectionLocked)
 
 
@@ -217,6 +217,6 @@ def _text(payload: Any) -> str:
         return payload
     if isinstance(payload, (bytes, bytearray, memoryview)):
         return bytes(payload).decode("utf-8")
-    from events.codec import encode  # a Fact model: its canonical wire form
+    from quotasched.events.codec import encode  # a Fact model: its canonical wire form
 
     return encode(payload)

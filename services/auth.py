@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from events.subjects import (
+from quotasched.events.subjects import (
     API_PREFIX,
     COMMANDS_PREFIX,
     COMMANDS_STREAM,
@@ -225,7 +225,7 @@ def shares_of(path: str | Path) -> list[tuple[str, str]]:
     config apply`, or a command file (JSON Lines) whose CreateQuotaShare commands count."""
     path = Path(path)
     if path.suffix in (".yaml", ".yml"):
-        from services.config_as_code import load
+        from quotasched.services.config_as_code import load
 
         return list(load(path).shares)
     pairs = []

@@ -24,7 +24,7 @@ from nats.js.api import (
 )
 from nats.js.errors import NotFoundError
 
-from events.subjects import (
+from quotasched.events.subjects import (
     COMMANDS_PREFIX,
     COMMANDS_STREAM,
     FACTS_PREFIX,
@@ -32,9 +32,9 @@ from events.subjects import (
     LEASES_BUCKET,
     SNAPSHOTS_BUCKET,
 )
-from services import natsfix
-from services.auth import connect_options
-from services.settings import Settings, StreamOptions
+from quotasched.services import natsfix
+from quotasched.services.auth import connect_options
+from quotasched.services.settings import Settings, StreamOptions
 
 natsfix.install()  # nats-py's header parser costs ~10 µs a fact; see services/natsfix.py
 

@@ -1,6 +1,6 @@
 """The Python client for pipelines, shaped like the SageMaker SDK's training queues.
 
-    from services.client import TrainingQueue
+    from quotasched.services.client import TrainingQueue
     queue = TrainingQueue("q", nats_url="nats://127.0.0.1:4222")
     job = queue.submit("train-1", quota_share_name="qs1", priority=3,
                        instance_type="ml.g5.xlarge", instance_count=1)
@@ -27,12 +27,12 @@ import asyncio
 import os
 from typing import Any
 
-from events.facts import Fact
-from events.subjects import ANY, COMMANDS_STREAM, subject_for_command
-from services.bus import connect
-from services.client_commands import ClientError, Decisions, as_command, raise_if_rejected
-from services.client_loop import _Loop
-from services.client_reads import HANDOVER_WAIT_S, RESPONDER_WAIT_S, ask, merge, queue_of  # noqa: F401
+from quotasched.events.facts import Fact
+from quotasched.events.subjects import ANY, COMMANDS_STREAM, subject_for_command
+from quotasched.services.bus import connect
+from quotasched.services.client_commands import ClientError, Decisions, as_command, raise_if_rejected
+from quotasched.services.client_loop import _Loop
+from quotasched.services.client_reads import HANDOVER_WAIT_S, RESPONDER_WAIT_S, ask, merge, queue_of  # noqa: F401
 
 DEFAULT_URL = "nats://127.0.0.1:4222"
 

@@ -17,10 +17,10 @@ from typing import Any
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import APIError
 
-from events.codec import decode_command, decode_fact
-from events.facts import CommandRejected, Fact
-from events.subjects import FACTS_PREFIX, FACTS_STREAM, fact_subject, parse_command_subject
-from services.auth import CONSUMER_SLOTS, team_consumers
+from quotasched.events.codec import decode_command, decode_fact
+from quotasched.events.facts import CommandRejected, Fact
+from quotasched.events.subjects import FACTS_PREFIX, FACTS_STREAM, fact_subject, parse_command_subject
+from quotasched.services.auth import CONSUMER_SLOTS, team_consumers
 
 ALL_FACTS = f"{FACTS_PREFIX}.>"
 

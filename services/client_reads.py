@@ -15,8 +15,8 @@ from typing import Any
 
 from nats.errors import NoRespondersError
 
-from events.base import NAME_PATTERN
-from events.subjects import API_PREFIX
+from quotasched.events.base import NAME_PATTERN
+from quotasched.events.subjects import API_PREFIX
 
 RESPONDER_WAIT_S = 8.0  # a lease TTL (6 s) and then some: how long a read waits for a leader
 HANDOVER_WAIT_S = 2.5  # a partition handed over is taken within a quarter TTL and a recovery

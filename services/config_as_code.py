@@ -27,9 +27,9 @@ This module is the public face; the work is done by
 
 from __future__ import annotations
 
-from events.values import State  # re-exported: callers name states as `config_as_code.State`
-from services.config_aspects import ASPECTS, IMMUTABLE, LIMITS, STATE, Aspect
-from services.config_file import (
+from quotasched.events.values import State  # re-exported: callers name states as `config_as_code.State`
+from quotasched.services.config_aspects import ASPECTS, IMMUTABLE, LIMITS, STATE, Aspect
+from quotasched.services.config_file import (
     NOT_EXPORTED,
     NOT_IN_FILES,
     SECTIONS,
@@ -42,8 +42,8 @@ from services.config_file import (
     parse,
     to_document,
 )
-from services.config_plan import Change, Plan, doomed_shares, plan
-from services.config_render import SIGNS, render, summary
+from quotasched.services.config_plan import Change, Plan, doomed_shares, plan
+from quotasched.services.config_render import SIGNS, render, summary
 
 __all__ = [
     "ASPECTS",

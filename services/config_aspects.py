@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from events.values import ResourceSharingConfiguration, SharingStrategy
+from quotasched.events.values import ResourceSharingConfiguration, SharingStrategy
 
 
 def _limits(items) -> dict[str, int]:

@@ -17,8 +17,8 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from events.base import NAME_PATTERN, NAME_RULE
-from events.commands import (
+from quotasched.events.base import NAME_PATTERN, NAME_RULE
+from quotasched.events.commands import (
     Command,
     CreateJobQueue,
     CreateQuotaShare,

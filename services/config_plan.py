@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from events.commands import (
+from quotasched.events.commands import (
     Command,
     CreateQuotaShare,
     DeleteQuotaShare,
@@ -18,9 +18,9 @@ from events.commands import (
     UpdateQuotaShare,
     UpdateServiceEnvironment,
 )
-from events.values import State
-from services.config_aspects import ASPECTS, IMMUTABLE, _show_limits
-from services.config_file import Configuration, ShareKey
+from quotasched.events.values import State
+from quotasched.services.config_aspects import ASPECTS, IMMUTABLE, _show_limits
+from quotasched.services.config_file import Configuration, ShareKey
 
 
 @dataclass(frozen=True)

@@ -14,12 +14,12 @@ import tempfile
 from rich.console import Console
 from rich.table import Table
 
-from events.codec import decode_fact
-from services.cli.narrate import sentence
-from services.client import AsyncTrainingQueue, Bus
-from services.runtime import Stack
-from services.scheduler.log import read_log
-from services.settings import Settings
+from quotasched.events.codec import decode_fact
+from quotasched.services.cli.narrate import sentence
+from quotasched.services.client import AsyncTrainingQueue, Bus
+from quotasched.services.runtime import Stack
+from quotasched.services.scheduler.log import read_log
+from quotasched.services.settings import Settings
 
 UNIT = "ml.g5.xlarge"
 SETUP = [

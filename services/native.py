@@ -4,9 +4,9 @@ The decision core (services/scheduler/core) is plain, fully typed Python.  Compi
 mypyc into C extensions it decides the same facts, byte for byte, in about four fifths of
 the time (README, Performance).  Compiling is optional and needs a C compiler:
 
-    python -m services.native build     # what `make test` and `make demo` run
-    python -m services.native status    # which core this checkout would load, and why
-    python -m services.native clean
+    python -m quotasched.services.native build     # what `make test` and `make demo` run
+    python -m quotasched.services.native status    # which core this checkout would load, and why
+    python -m quotasched.services.native clean
 
 A build goes to `services/scheduler/core/_native/`, beside the sources and outside git, with
 a stamp: a digest of the sources it was compiled from (the core's and `events/`, whose types
@@ -35,7 +35,7 @@ PURE_ENV = "QUOTASCHED_PURE_PYTHON"
 MODULES = sorted(path.name for path in CORE.glob("*.py") if path.name != "__init__.py")
 # The runtime library mypyc's extensions share, named inside the core package so the search
 # path that finds the modules finds it too.
-GROUP = "services.scheduler.core._native_runtime"
+GROUP = "quotasched.services.scheduler.core._native_runtime"
 
 
 def source_digest() -> str:
@@ -64,7 +64,7 @@ def _build_problem() -> str | None:
     try:
         built = STAMP.read_text().strip()
     except OSError:
-        return "not built (python -m services.native build)"
+        return "not built (python -m quotasched.services.native build)"
     if built != source_digest():
         return "built from other sources or for another interpreter: rebuild it"
     present = {path.name.split(".")[0] for path in _extensions(DIRECTORY)}
@@ -106,23 +106,24 @@ def build(quiet: bool = False) -> int:
         return 0
     digest = source_digest()
     with tempfile.TemporaryDirectory(prefix="quotasched-native-") as work:
+        source = _stage(Path(work) / "src")
         script = (
             "import sys\n"
             "from setuptools import setup\n"
             "from mypyc.build import mypycify\n"
             "setup(name='quotasched-native', script_args=sys.argv[1:], ext_modules=mypycify(\n"
-            f"    {['--ignore-missing-imports', *(f'services/scheduler/core/{m}' for m in MODULES)]!r},\n"
+            f"    {['--ignore-missing-imports', *(f'quotasched/services/scheduler/core/{m}' for m in MODULES)]!r},\n"
             f"    opt_level='3', group_name={GROUP!r}))\n"
         )  # fmt: skip
         command = [sys.executable, "-c", script, "build_ext", "--build-lib", f"{work}/lib",
                    "--build-temp", f"{work}/temp"]  # fmt: skip
         say(f"quotasched: compiling the decision core with mypyc ({len(MODULES)} modules)...")
-        done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+        done = subprocess.run(command, cwd=source, capture_output=True, text=True)
         if done.returncode != 0:
             print(done.stdout[-4000:] + done.stderr[-4000:], file=sys.stderr)
             print("quotasched: compiling the decision core failed (above)", file=sys.stderr)
             return 1
-        built = _extensions(Path(work) / "lib" / "services" / "scheduler" / "core")
+        built = _extensions(Path(work) / "lib" / "quotasched" / "services" / "scheduler" / "core")
         staging = DIRECTORY.with_name("_native.new")
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir()
@@ -136,6 +137,22 @@ def build(quiet: bool = False) -> int:
     return 0
 
 
+def _stage(source: Path) -> Path:
+    """A copy of the core and the message types under their installed names
+    (quotasched/services/scheduler/core, quotasched/events), for mypyc, which names a module
+    after the folders it sits in: the source tree keeps them at services/ and events/."""
+    package = source / "quotasched"
+    for folder, parts in ((package / "events", ROOT / "events"),
+                          (package / "services" / "scheduler" / "core", CORE)):  # fmt: skip
+        folder.mkdir(parents=True, exist_ok=True)
+        for path in parts.glob("*.py"):
+            shutil.copy2(path, folder / path.name)
+    for folder in (package, package / "services", package / "services" / "scheduler"):
+        (folder / "__init__.py").touch()
+    shutil.copy2(Path(__file__), package / "services" / "native.py")  # the core's __init__ asks it
+    return source
+
+
 def clean() -> None:
     shutil.rmtree(DIRECTORY, ignore_errors=True)
 
@@ -143,7 +160,7 @@ def clean() -> None:
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m services.native", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m quotasched.services.native", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("action", choices=["build", "status", "clean"])
     parser.add_argument("--quiet", action="store_true")

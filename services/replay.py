@@ -5,9 +5,9 @@ from __future__ import annotations
 import gc
 from collections.abc import Iterable, Iterator
 
-from events.codec import encode
-from events.facts import Fact
-from services.scheduler.core import State, step_raw
+from quotasched.events.codec import encode
+from quotasched.events.facts import Fact
+from quotasched.services.scheduler.core import State, step_raw
 
 
 def replay_lines(lines: Iterable[bytes | str], state: State | None = None) -> Iterator[Fact]:

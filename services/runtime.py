@@ -15,18 +15,18 @@ from contextlib import AsyncExitStack
 
 from faststream.nats import NatsBroker
 
-from services import logs
-from services.auth import broker_options
-from services.bus import connect, ensure_streams
-from services.datadir import DataDirLock
-from services.embedded import EmbeddedServer
-from services.executors.app import build_executor, catch_up
-from services.metrics import MetricsEndpoint, ProjectorPart, SchedulerPart
-from services.projector.service import Projector, ProjectorOptions
-from services.projector.thread import ProjectorThread
-from services.scheduler.service import Scheduler
-from services.storage_watch import StorageWatch
-from services.settings import Settings
+from quotasched.services import logs
+from quotasched.services.auth import broker_options
+from quotasched.services.bus import connect, ensure_streams
+from quotasched.services.datadir import DataDirLock
+from quotasched.services.embedded import EmbeddedServer
+from quotasched.services.executors.app import build_executor, catch_up
+from quotasched.services.metrics import MetricsEndpoint, ProjectorPart, SchedulerPart
+from quotasched.services.projector.service import Projector, ProjectorOptions
+from quotasched.services.projector.thread import ProjectorThread
+from quotasched.services.scheduler.service import Scheduler
+from quotasched.services.storage_watch import StorageWatch
+from quotasched.services.settings import Settings
 
 log = logs.get("quotasched.runtime")
 

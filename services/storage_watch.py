@@ -29,8 +29,8 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from services import logs
-from services.scheduler.waits import sleep_or
+from quotasched.services import logs
+from quotasched.services.scheduler.waits import sleep_or
 
 log = logs.get("quotasched.storage")
 

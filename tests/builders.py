@@ -17,10 +17,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from events import facts as F
-from events.codec import decode_command, encode
-from services.scheduler.core import State, decide, step, state_document
-from services.scheduler.core.invariants import DecisionAuditor, check_stable, check_state
+from quotasched.events import facts as F
+from quotasched.events.codec import decode_command, encode
+from quotasched.services.scheduler.core import State, decide, step, state_document
+from quotasched.services.scheduler.core.invariants import DecisionAuditor, check_stable, check_state
 from tests.checker import IndependentChecker
 
 G5 = "ml.g5.xlarge"

@@ -35,7 +35,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
             "!" * 88,
             f"THE COMPILED-CORE EQUIVALENCE DID NOT RUN ({len(skipped)} tests skipped): {reason}",
             "Only the interpreted decision core was tested; build the compiled one with "
-            "`.venv/bin/python -m services.native build` (a C compiler and Python headers).",
+            "`.venv/bin/python -m quotasched.services.native build` (a C compiler and Python headers).",
             "!" * 88,
         ]
 

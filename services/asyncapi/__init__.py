@@ -27,8 +27,8 @@ their names, so `services.asyncapi` stays the one import path.
     quotasched asyncapi --out docs/asyncapi.yaml     # regenerate the committed document
 """
 
-from services.asyncapi.broker import API_QUEUE_GROUP, READ_APIS, SERVER, build_broker
-from services.asyncapi.completion import (
+from quotasched.services.asyncapi.broker import API_QUEUE_GROUP, READ_APIS, SERVER, build_broker
+from quotasched.services.asyncapi.completion import (
     COMMAND_HEADERS,
     FACT_HEADERS,
     PARAMETERS,
@@ -36,7 +36,7 @@ from services.asyncapi.completion import (
     _ordered,
     _pointer,
 )
-from services.asyncapi.document import (
+from quotasched.services.asyncapi.document import (
     DESCRIPTION,
     DOCUMENT,
     REGENERATE,
@@ -45,8 +45,8 @@ from services.asyncapi.document import (
     generate,
     render,
 )
-from services.asyncapi.example_messages import API_EXAMPLES, EXAMPLES, STORY, examples
-from services.asyncapi.kinds import (
+from quotasched.services.asyncapi.example_messages import API_EXAMPLES, EXAMPLES, STORY, examples
+from quotasched.services.asyncapi.kinds import (
     QUEUE,
     SHARE,
     command_address,
@@ -57,7 +57,7 @@ from services.asyncapi.kinds import (
     fact_models,
     kind_of,
 )
-from services.asyncapi.read_requests import (
+from quotasched.services.asyncapi.read_requests import (
     API_REQUESTS,
     ERROR_REPLY,
     AnyRequest,

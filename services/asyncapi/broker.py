@@ -9,8 +9,8 @@ import warnings
 from faststream.nats import JStream, NatsBroker
 from pydantic import BaseModel
 
-from events.subjects import API_PREFIX, COMMANDS_STREAM
-from services.asyncapi.kinds import (
+from quotasched.events.subjects import API_PREFIX, COMMANDS_STREAM
+from quotasched.services.asyncapi.kinds import (
     QUEUE,
     command_address,
     command_description,
@@ -20,11 +20,11 @@ from services.asyncapi.kinds import (
     fact_models,
     kind_of,
 )
-from services.asyncapi.read_requests import API_REQUESTS, AnyRequest, Applied
-from services.projector import API_PREFIX as PROJ_PREFIX
-from services.projector import APPLIED_SUBJECT, QUEUE_GROUP as PROJ_QUEUE_GROUP
-from services.projector import api as projector_api
-from services.scheduler import api as scheduler_api
+from quotasched.services.asyncapi.read_requests import API_REQUESTS, AnyRequest, Applied
+from quotasched.services.projector import API_PREFIX as PROJ_PREFIX
+from quotasched.services.projector import APPLIED_SUBJECT, QUEUE_GROUP as PROJ_QUEUE_GROUP
+from quotasched.services.projector import api as projector_api
+from quotasched.services.scheduler import api as scheduler_api
 
 SERVER = "nats://127.0.0.1:4222"
 API_QUEUE_GROUP = "qm-api"  # the scheduler's queue group on qm.api.> (services/scheduler/service.py)

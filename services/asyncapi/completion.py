@@ -8,10 +8,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from events.subjects import ANY, COMMANDS_STREAM, FACTS_STREAM
-from services.asyncapi.example_messages import STORY, examples
-from services.asyncapi.kinds import command_models, fact_models, kind_of
-from services.asyncapi.read_requests import ERROR_REPLY
+from quotasched.events.subjects import ANY, COMMANDS_STREAM, FACTS_STREAM
+from quotasched.services.asyncapi.example_messages import STORY, examples
+from quotasched.services.asyncapi.kinds import command_models, fact_models, kind_of
+from quotasched.services.asyncapi.read_requests import ERROR_REPLY
 
 COMMAND_HEADERS = {
     "type": "object",

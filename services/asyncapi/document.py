@@ -10,8 +10,8 @@ from typing import Any
 import yaml
 from faststream.specification import AsyncAPI
 
-from services.asyncapi.broker import build_broker
-from services.asyncapi.completion import _complete
+from quotasched.services.asyncapi.broker import build_broker
+from quotasched.services.asyncapi.completion import _complete
 
 TITLE = "quotasched"
 VERSION = "0.1.0"

@@ -8,12 +8,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-from events.codec import DecodeError, decode_command, encode
-from services.replay import replay_lines
-from services.scheduler import api as scheduler_api
-from services.scheduler.core import State
+from quotasched import examples_dir
+from quotasched.events.codec import DecodeError, decode_command, encode
+from quotasched.services.replay import replay_lines
+from quotasched.services.scheduler import api as scheduler_api
+from quotasched.services.scheduler.core import State
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLES = examples_dir()
 STORY = "notebook.jsonl"  # the read verbs' examples answer from its final state
 API_EXAMPLES: dict[str, dict[str, Any]] = {
     "describe-service-job": {"jobId": "med"},

@@ -11,9 +11,9 @@ from typing import get_args
 
 from pydantic import BaseModel
 
-from events.commands import AnyCommand
-from events.facts import AnyFact
-from events.subjects import (
+from quotasched.events.commands import AnyCommand
+from quotasched.events.facts import AnyFact
+from quotasched.events.subjects import (
     COMMANDS_STREAM,
     FACTS_STREAM,
     GLOBAL_COMMANDS,
@@ -21,7 +21,7 @@ from events.subjects import (
     fact_subject,
     subject_for_command,
 )
-from services.executors.app import EXECUTOR_FACTS
+from quotasched.services.executors.app import EXECUTOR_FACTS
 
 QUEUE, SHARE = "{jobQueue}", "{quotaShare}"
 

@@ -31,12 +31,12 @@ re-run and the recorded log, read a fact at a time), `verifier` (the comparison)
 partition at a time).  This module is the public face: every name importers use is here.
 """
 
-from services.audit.bus_reader import BusReader, BusUnavailable
-from services.audit.files import command_file_records, fact_file_records, verify_files
-from services.audit.live import partitions_on_bus, verify_bus
-from services.audit.records import CommandRecord, Divergence, FactRecord, Result
-from services.audit.report import render
-from services.audit.verifier import verify
+from quotasched.services.audit.bus_reader import BusReader, BusUnavailable
+from quotasched.services.audit.files import command_file_records, fact_file_records, verify_files
+from quotasched.services.audit.live import partitions_on_bus, verify_bus
+from quotasched.services.audit.records import CommandRecord, Divergence, FactRecord, Result
+from quotasched.services.audit.report import render
+from quotasched.services.audit.verifier import verify
 
 __all__ = [
     "BusReader",

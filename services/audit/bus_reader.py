@@ -10,7 +10,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from services.audit.records import CommandRecord, FactRecord
+from quotasched.services.audit.records import CommandRecord, FactRecord
 
 
 class BusUnavailable(Exception):
@@ -125,9 +125,9 @@ class BusReader:
         import nats
         from nats.js.errors import NotFoundError
 
-        from events.subjects import COMMANDS_STREAM, FACTS_STREAM
-        from services.auth import connect_options
-        from services.bus import error_reason, last_sequence
+        from quotasched.events.subjects import COMMANDS_STREAM, FACTS_STREAM
+        from quotasched.services.auth import connect_options
+        from quotasched.services.bus import error_reason, last_sequence
 
         problems: list[BaseException] = []
 
@@ -174,7 +174,7 @@ class BusReader:
         (its messages' `Qm-Facts` count says how many there will be) is held back."""
         from contextlib import aclosing
 
-        from services.scheduler.log import read_messages, stream_seq
+        from quotasched.services.scheduler.log import read_messages, stream_seq
 
         batch: list[FactRecord] = []
         held: list[FactRecord] = []  # the current command's facts until its last one arrives
@@ -216,8 +216,8 @@ class BusReader:
 
         from nats.js.api import ConsumerConfig, DeliverPolicy
 
-        from events.subjects import COMMANDS_PREFIX, COMMANDS_STREAM
-        from services.scheduler.log import sequence_and_time
+        from quotasched.events.subjects import COMMANDS_PREFIX, COMMANDS_STREAM
+        from quotasched.services.scheduler.log import sequence_and_time
 
         if end == 0:
             await self._put(self._commands, _END)

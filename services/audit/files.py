@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from services.audit.records import CommandRecord, FactRecord, Result
-from services.audit.verifier import verify
+from quotasched.services.audit.records import CommandRecord, FactRecord, Result
+from quotasched.services.audit.verifier import verify
 
 
 def command_file_records(path: str) -> Iterator[CommandRecord]:

@@ -3,10 +3,10 @@ written by a scheduling partition per job queue (see services/scheduler/partitio
 
 from __future__ import annotations
 
-from services.audit.bus_reader import BusReader
-from services.audit.records import Result
-from services.audit.verifier import verify
-from services.scheduler.partition import PER_QUEUE, Partition, partition_mode
+from quotasched.services.audit.bus_reader import BusReader
+from quotasched.services.audit.records import Result
+from quotasched.services.audit.verifier import verify
+from quotasched.services.scheduler.partition import PER_QUEUE, Partition, partition_mode
 
 
 def verify_bus(url: str) -> list[Result]:
@@ -37,9 +37,9 @@ def partitions_on_bus(url: str) -> list[Partition | None]:
 
     import nats
 
-    from events.subjects import FACTS_STREAM
-    from services.auth import connect_options
-    from services.scheduler.log import first_writer
+    from quotasched.events.subjects import FACTS_STREAM
+    from quotasched.services.auth import connect_options
+    from quotasched.services.scheduler.log import first_writer
 
     async def look() -> list[Partition | None]:
         nc = await nats.connect(url, name="quotasched-audit", connect_timeout=3,

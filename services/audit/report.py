@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from services.audit.records import Divergence, Result
+from quotasched.services.audit.records import Divergence, Result
 
 
 def render(result: Result, source: str) -> str:

@@ -9,13 +9,13 @@ import gc
 from collections import deque
 from collections.abc import Iterable
 
-from events.codec import encode
-from events.subjects import parse_command_subject
-from services.audit.records import CommandRecord, FactRecord, Result
-from services.scheduler.core import State, step_raw
-from services.scheduler.partition import Partition
-from services.scheduler.refusals import is_log_refusal, refusal_cause_of, refuse_message
-from services.scheduler.routing import decide_message, fact_subject_of
+from quotasched.events.codec import encode
+from quotasched.events.subjects import parse_command_subject
+from quotasched.services.audit.records import CommandRecord, FactRecord, Result
+from quotasched.services.scheduler.core import State, step_raw
+from quotasched.services.scheduler.partition import Partition
+from quotasched.services.scheduler.refusals import is_log_refusal, refusal_cause_of, refuse_message
+from quotasched.services.scheduler.routing import decide_message, fact_subject_of
 
 
 class _Produced:

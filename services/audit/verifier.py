@@ -7,11 +7,11 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from events.codec import decode_fact, encode
-from services.audit.records import CommandRecord, Divergence, FactRecord, Result
-from services.audit.sides import _Produced, _Recorded
-from services.scheduler.core import State, evolve
-from services.scheduler.partition import Partition
+from quotasched.events.codec import decode_fact, encode
+from quotasched.services.audit.records import CommandRecord, Divergence, FactRecord, Result
+from quotasched.services.audit.sides import _Produced, _Recorded
+from quotasched.services.scheduler.core import State, evolve
+from quotasched.services.scheduler.partition import Partition
 
 
 def verify(

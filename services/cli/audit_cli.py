@@ -106,7 +106,7 @@ def verify(
 
 def _audit_results(commands: str | None, facts: str | None, nats_url: str | None) -> tuple:
     """(the source in words, the results): one from files, one per partition from the bus."""
-    from services import audit
+    from quotasched.services import audit
 
     if commands is not None:
         source = f"files: commands {commands}, facts {facts}"
@@ -132,7 +132,7 @@ def _audit_results(commands: str | None, facts: str | None, nats_url: str | None
 
 def _echo_results(results: list, source: str, output: str) -> bool:
     """Print the report (text or JSON); True when every result is OK."""
-    from services.audit import render
+    from quotasched.services.audit import render
 
     if len(results) == 1:
         result = results[0]
@@ -175,9 +175,9 @@ def explain(
     cites the commandSeq and `at` of its facts; --output json gives them as a list of
     {at, commandSeq, kind, sentence}.
     """
-    from services import audit
-    from services.explain import InconsistentLog, render
-    from services.explain import explain as tell
+    from quotasched.services import audit
+    from quotasched.services.explain import InconsistentLog, render
+    from quotasched.services.explain import explain as tell
 
     _check_output(output, "explain")
     given = [name for name, value in (("--facts", facts), ("--commands", commands)) if value]
@@ -191,7 +191,7 @@ def explain(
             with open(_readable(facts, "explain"), "rb") as handle:
                 entries = _told(job_id, handle, numbered=True)
         elif commands is not None:
-            from services.replay import replay_lines
+            from quotasched.services.replay import replay_lines
 
             with open(_readable(commands, "explain"), "rb") as handle:
                 entries = tell(replay_lines(handle), job_id)
@@ -226,8 +226,8 @@ def _told(job_id: str, texts, numbered: bool = False) -> list:
     the job has finished, only the texts that name it are decoded (Story.finished)."""
     from pydantic import ValidationError
 
-    from events.codec import decode_fact
-    from services.explain import Story, mentions
+    from quotasched.events.codec import decode_fact
+    from quotasched.services.explain import Story, mentions
 
     story = Story(job_id)
     needle = mentions(job_id)

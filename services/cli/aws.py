@@ -40,9 +40,9 @@ from __future__ import annotations
 import typer
 
 # Importing the verb modules registers their verbs on `cli`.
-from services.cli import aws_apply, aws_facts, aws_job_verbs  # noqa: F401
-from services.cli import aws_setup_verbs, aws_share_verbs  # noqa: F401
-from services.cli.aws_options import PANEL_READ, PANEL_WRITE, cli  # noqa: F401 (test_docs)
+from quotasched.services.cli import aws_apply, aws_facts, aws_job_verbs  # noqa: F401
+from quotasched.services.cli import aws_setup_verbs, aws_share_verbs  # noqa: F401
+from quotasched.services.cli.aws_options import PANEL_READ, PANEL_WRITE, cli  # noqa: F401 (test_docs)
 
 # The order `quotasched --help` lists the verbs in, within each panel (Typer keeps the order
 # of registration, and the verb modules register by concept): writes, reads, then the log.

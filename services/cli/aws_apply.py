@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from services.cli.aws_options import (
+from quotasched.services.cli.aws_options import (
     EXIT_REFUSED,
     EXIT_UNDECIDED,
     EXIT_USAGE,
@@ -18,8 +18,8 @@ from services.cli.aws_options import (
     NatsUrl,
     register_verb,
 )
-from services.cli.aws_session import no_scheduler, no_streams, publish, run, session
-from services.client_commands import Decisions
+from quotasched.services.cli.aws_session import no_scheduler, no_streams, publish, run, session
+from quotasched.services.client_commands import Decisions
 
 __all__ = ["Decisions", "apply"]  # Decisions: also config apply's (services.cli.config_cli)
 
@@ -28,7 +28,7 @@ class _Line:
     """One non-blank line of a command file, decoded (or with the reason it can't be)."""
 
     def __init__(self, number: int, raw: bytes):
-        from events.codec import DecodeError, decode_command
+        from quotasched.events.codec import DecodeError, decode_command
 
         self.number, self.raw = number, raw
         self.command, self.problem, self.kind = None, None, None
@@ -163,7 +163,7 @@ async def _publish_line(bus, line: _Line, file_routes: dict, derived: list[int],
                         decisions: Decisions, timeout: float) -> int:  # fmt: skip
     import re
 
-    from events.subjects import COMMANDS_STREAM, JOB_ID_COMMANDS, command_subject
+    from quotasched.events.subjects import COMMANDS_STREAM, JOB_ID_COMMANDS, command_subject
 
     command = line.command
     if command is None:  # --keep-invalid: the scheduler records it as refused
@@ -185,7 +185,7 @@ async def _route_of(bus, job_id: str, derived: list[int], decisions: Decisions,
     submissions with a derived id (wait for those decisions), else what the scheduler knows."""
     from nats.errors import NoRespondersError
 
-    from services.client import ClientError
+    from quotasched.services.client import ClientError
 
     if derived:
         await decisions.wait(derived, timeout)

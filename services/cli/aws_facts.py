@@ -9,8 +9,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from services.cli.aws_options import EXIT_USAGE, PANEL_LOG, NatsUrl, name_from_arn, register_verb
-from services.cli.aws_session import no_streams, run, session
+from quotasched.services.cli.aws_options import EXIT_USAGE, PANEL_LOG, NatsUrl, name_from_arn, register_verb
+from quotasched.services.cli.aws_session import no_streams, run, session
 
 
 @register_verb("facts", PANEL_LOG)
@@ -42,7 +42,7 @@ async def _print_facts(url: str | None, follow: bool, job_queue: str | None,
     """Copies the log to stdout; Ctrl-C (or SIGTERM) ends a --follow cleanly, exit 130."""
     import signal
 
-    from events.subjects import facts_filter
+    from quotasched.events.subjects import facts_filter
 
     subject = facts_filter(name_from_arn(job_queue) if job_queue else None, share)
     async with session(url, reconnect_forever=follow) as bus:
@@ -66,7 +66,7 @@ async def _copy_facts(bus, subject: str, follow: bool) -> None:
 
     from nats.js.errors import NotFoundError
 
-    from services.scheduler.log import read_log
+    from quotasched.services.scheduler.log import read_log
 
     out = sys.stdout
     try:
@@ -85,7 +85,7 @@ def _canonical(data: bytes) -> str:
     read is printed as stored, with a warning."""
     from pydantic import ValidationError
 
-    from events.codec import decode_fact, encode
+    from quotasched.events.codec import decode_fact, encode
 
     try:
         return encode(decode_fact(data))

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from services.cli.aws_options import (
+from quotasched.services.cli.aws_options import (
     ARN,
     EXIT_USAGE,
     PANEL_READ,
@@ -28,8 +28,8 @@ from services.cli.aws_options import (
     one,
     register_verb,
 )
-from services.cli.aws_output import JOB_COLUMNS, emit, render_items, render_snapshot
-from services.cli.aws_session import (
+from quotasched.services.cli.aws_output import JOB_COLUMNS, emit, render_items, render_snapshot
+from quotasched.services.cli.aws_session import (
     ask,
     checked,
     decide,
@@ -39,7 +39,7 @@ from services.cli.aws_session import (
     send,
     session,
 )
-from services.cli.shorthand import load_file
+from quotasched.services.cli.shorthand import load_file
 
 
 # The options of submit-service-job, as named types (like the other verbs' shared options).

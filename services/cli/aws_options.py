@@ -15,7 +15,7 @@ from typing import Annotated, Any, Optional
 import typer
 from typer.core import TyperCommand
 
-from services.cli.shorthand import (
+from quotasched.services.cli.shorthand import (
     SHAPES,
     expand_multi_value_args,
     parse_list_param,

@@ -14,7 +14,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from services.cli.aws_options import Output, name_from_arn
+from quotasched.services.cli.aws_options import Output, name_from_arn
 
 
 def emit(document: dict[str, Any], output: Output,

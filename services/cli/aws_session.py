@@ -15,9 +15,9 @@ from typing import Any
 
 import typer
 
-from services.cli.aws_options import EXIT_REFUSED, EXIT_UNDECIDED, EXIT_USAGE, Failure, Output
-from services.cli.aws_output import emit
-from services.cli.shorthand import ShorthandError
+from quotasched.services.cli.aws_options import EXIT_REFUSED, EXIT_UNDECIDED, EXIT_USAGE, Failure, Output
+from quotasched.services.cli.aws_output import emit
+from quotasched.services.cli.shorthand import ShorthandError
 
 
 def run(work: Callable[[], Awaitable[int | None]]) -> None:
@@ -49,9 +49,9 @@ async def session(url: str | None, reconnect_forever: bool = False):
     services' own connection retries forever, which a command line must not)."""
     import nats
 
-    from services.auth import connect_options
-    from services.bus import error_reason
-    from services.client import Bus
+    from quotasched.services.auth import connect_options
+    from quotasched.services.bus import error_reason
+    from quotasched.services.client import Bus
 
     bus = Bus(url, name="quotasched-cli")
     problems: list[BaseException] = []
@@ -97,7 +97,7 @@ def no_streams(url: str) -> Failure:
 async def ask(bus, operation: str, verb: str, **params: Any) -> dict[str, Any]:
     from nats.errors import NoRespondersError
 
-    from services.client import ClientError
+    from quotasched.services.client import ClientError
 
     try:
         return await bus.request(verb, **{k: v for k, v in params.items() if v is not None})
@@ -109,7 +109,7 @@ async def ask(bus, operation: str, verb: str, **params: Any) -> dict[str, Any]:
 
 def checked(operation: str, command: dict[str, Any]) -> dict[str, Any]:
     """The command without unset fields, refused here (exit 2) when the contract would."""
-    from events.codec import DecodeError, decode_command
+    from quotasched.events.codec import DecodeError, decode_command
 
     command = {key: value for key, value in command.items() if value is not None}
     try:
@@ -125,7 +125,7 @@ async def publish(bus, command: dict[str, Any], route: tuple | None = None,
     """Publishes (`decisions`: following its facts from before, `services.client.Bus.publish`)."""
     from nats.js.errors import NoStreamResponseError, NotFoundError
 
-    from services.client import ClientError
+    from quotasched.services.client import ClientError
 
     try:
         return await bus.publish(command, route, decisions)
@@ -144,8 +144,8 @@ async def decide(bus, operation: str, command: dict[str, Any], timeout: float,
     """Publish and wait for the decision; a refusal is a Failure (exit 1)."""
     from nats.js.errors import NotFoundError
 
-    from events.facts import CommandRejected
-    from services.client import ClientError
+    from quotasched.events.facts import CommandRejected
+    from quotasched.services.client import ClientError
 
     try:
         facts = await bus.submit_and_wait(command, route, timeout=timeout)
@@ -165,7 +165,7 @@ async def decide(bus, operation: str, command: dict[str, Any], timeout: float,
 
 
 def fact_documents(facts: list) -> list[dict[str, Any]]:
-    from events.codec import encode
+    from quotasched.events.codec import encode
 
     return [json.loads(encode(fact)) for fact in facts]
 

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from services.cli.aws_options import (
+from quotasched.services.cli.aws_options import (
     ARN,
     EXIT_USAGE,
     PANEL_READ,
@@ -26,8 +26,8 @@ from services.cli.aws_options import (
     one,
     register_verb,
 )
-from services.cli.aws_output import SHARE_COLUMNS, emit, render_items
-from services.cli.aws_session import ask, run, session, write
+from quotasched.services.cli.aws_output import SHARE_COLUMNS, emit, render_items
+from quotasched.services.cli.aws_session import ask, run, session, write
 
 
 ShareArn = Annotated[Optional[str], typer.Option(

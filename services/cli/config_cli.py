@@ -18,10 +18,10 @@ from typing import Annotated, Optional
 
 import typer
 
-from services import config_as_code as cac
-from services.cli.aws_apply import Decisions
-from services.cli.aws_options import EXIT_REFUSED, EXIT_UNDECIDED, EXIT_USAGE, Failure, NatsUrl, prose
-from services.cli.aws_session import ask, publish, run, session
+from quotasched.services import config_as_code as cac
+from quotasched.services.cli.aws_apply import Decisions
+from quotasched.services.cli.aws_options import EXIT_REFUSED, EXIT_UNDECIDED, EXIT_USAGE, Failure, NatsUrl, prose
+from quotasched.services.cli.aws_session import ask, publish, run, session
 
 config_app = typer.Typer(
     help="Configuration as code: declare service environments, scheduling policies, job "

@@ -11,20 +11,38 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from events.codec import command_schema, decode_fact, encode_bytes, fact_schema
-from services.cli import services_cli
-from services.replay import replay_lines
-from services.scheduler.core import State, state_document
+from quotasched import examples_dir
+from quotasched.events.codec import command_schema, decode_fact, encode_bytes, fact_schema
+from quotasched.services.cli import services_cli
+from quotasched.services.replay import replay_lines
+from quotasched.services.scheduler.core import State, state_document
 
 app = typer.Typer(
     name="quotasched",
     help="AWS Batch quota management as an event-sourced scheduler.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion for bash, zsh, fish
     pretty_exceptions_enable=False,
 )
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+def _version(value: bool) -> None:
+    if value:
+        from quotasched import __version__
+
+        typer.echo(f"quotasched {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[bool, typer.Option(
+        "--version", callback=_version, is_eager=True,
+        help="Print the installed version and exit.")] = False,
+) -> None:
+    """AWS Batch quota management as an event-sourced scheduler."""
+
+EXAMPLES = examples_dir()
 
 
 def _open_lines(path: str):
@@ -103,14 +121,14 @@ def demo(
         import asyncio
         import logging
 
-        from services import logs
-        from services.demo import run_demo
+        from quotasched.services import logs
+        from quotasched.services.demo import run_demo
 
         logs.configure("WARNING")
         logging.getLogger("faststream").setLevel(logging.WARNING)
         asyncio.run(run_demo(console))
         return
-    from services.cli.narrate import sentence
+    from quotasched.services.cli.narrate import sentence
 
     path = file or EXAMPLES / "notebook.jsonl"
     state = State()
@@ -166,7 +184,7 @@ def asyncapi(
 
     The committed copy is docs/asyncapi.yaml: `quotasched asyncapi --out docs/asyncapi.yaml`.
     """
-    from services.asyncapi import render
+    from quotasched.services.asyncapi import render
 
     if fmt not in ("yaml", "json"):
         typer.echo("quotasched asyncapi: --format must be yaml or json", err=True)
@@ -196,13 +214,13 @@ def facts_check(file: Path) -> None:
     typer.echo("ok")
 
 
-from services.cli.aws import register; register(app)  # noqa: E402,E702  (aws verbs, apply, facts)
-from services.cli.projections_cli import register as register_projections; register_projections(app)  # noqa: E402,E702
-from services.cli.audit_cli import register as _audit; _audit(app)  # noqa: E402,E702  (audit verify, explain)
-from services.cli.report_cli import register as _report; _report(app)  # noqa: E402,E702  (report: charts)
-from services.cli.auth_cli import register as _auth; _auth(app)  # noqa: E402,E702  (auth generate)
-from services.cli.simulate_cli import register as _simulate; _simulate(app)  # noqa: E402,E702  (simulate, synth-trace)
-from services.cli.config_cli import register as _config; _config(app)  # noqa: E402,E702  (config apply, export)
+from quotasched.services.cli.aws import register; register(app)  # noqa: E402,E702  (aws verbs, apply, facts)
+from quotasched.services.cli.projections_cli import register as register_projections; register_projections(app)  # noqa: E402,E702
+from quotasched.services.cli.audit_cli import register as _audit; _audit(app)  # noqa: E402,E702  (audit verify, explain)
+from quotasched.services.cli.report_cli import register as _report; _report(app)  # noqa: E402,E702  (report: charts)
+from quotasched.services.cli.auth_cli import register as _auth; _auth(app)  # noqa: E402,E702  (auth generate)
+from quotasched.services.cli.simulate_cli import register as _simulate; _simulate(app)  # noqa: E402,E702  (simulate, synth-trace)
+from quotasched.services.cli.config_cli import register as _config; _config(app)  # noqa: E402,E702  (config apply, export)
 
 
 def main() -> None:

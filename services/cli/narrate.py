@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from events import facts as F
+from quotasched.events import facts as F
 
 
 def _units(items) -> str:

@@ -59,7 +59,7 @@ def _fail(message: str, code: int) -> typer.Exit:
 
 
 def _open_read_only(db: str):
-    from projections import store
+    from quotasched.projections import store
 
     try:
         return store.open(db, read_only=True)
@@ -82,8 +82,8 @@ def rebuild(
     progress: Annotated[bool, typer.Option(help="Draw a progress bar.")] = True,
 ) -> None:
     """Build a fresh projection database from the whole log, then replace --db with it."""
-    from projections import rebuild as rebuilding
-    from projections.store import FactNotApplicable, ProjectionError
+    from quotasched.projections import rebuild as rebuilding
+    from quotasched.projections.store import FactNotApplicable, ProjectionError
 
     try:
         if facts is not None:
@@ -107,8 +107,8 @@ def _from_stream(url: str, db: str, progress: bool):
     import nats
     from nats.js.errors import NotFoundError
 
-    from projections.rebuild import rebuild_from_stream
-    from services.auth import connect_options
+    from quotasched.projections.rebuild import rebuild_from_stream
+    from quotasched.services.auth import connect_options
 
     async def quiet(error: Exception) -> None:  # nats-py would print a traceback per attempt
         pass
@@ -146,8 +146,8 @@ def query(
 ) -> None:
     """Answer describe-service-job, list-service-jobs or get-job-queue-snapshot from the
     projection, in the scheduler's JSON shapes (no scheduler needed)."""
-    from projections import queries
-    from services.cli.shorthand import SHAPES, ShorthandError, parse_list_param
+    from quotasched.projections import queries
+    from quotasched.services.cli.shorthand import SHAPES, ShorthandError, parse_list_param
 
     needs = {Verb.describe_service_job: ("--job-id", job_id)}.get(verb, ("--job-queue", job_queue))
     if needs[1] is None:
@@ -170,7 +170,7 @@ def query(
 @projections_app.command()
 def checksum(db: DbOpt) -> None:
     """Rows and an order-independent hash of every table and view (equal for equal logs)."""
-    from projections import queries
+    from quotasched.projections import queries
 
     with _open_read_only(db) as store:
         sums = queries.checksum(store.con)
@@ -197,10 +197,10 @@ def sql(
     """
     import duckdb
 
-    from projections import queries
+    from quotasched.projections import queries
 
     if nats_url is not None:
-        from services.projector.client import ProjectorError, ProjectorUnavailable, query
+        from quotasched.services.projector.client import ProjectorError, ProjectorUnavailable, query
 
         try:
             answer = query(nats_url, "sql", sql=statement, limit=limit)

@@ -56,13 +56,13 @@ def report(
     """
     import os
 
-    from services.report import ReportError, ReportUsageError, write_report
+    from quotasched.services.report import ReportError, ReportUsageError, write_report
 
     if not os.path.exists(db):
         typer.echo(f"quotasched report: no projection database at {db} (build one with "
                    "quotasched projections rebuild --db PATH --facts FACTS)", err=True)  # fmt: skip
         raise typer.Exit(EXIT_USAGE)
-    from projections import ProjectionError, ProjectionLocked, SchemaMismatch
+    from quotasched.projections import ProjectionError, ProjectionLocked, SchemaMismatch
 
     try:
         made = write_report(db, out, job_queue or None, t_from, t_to)

@@ -14,7 +14,7 @@ from typing import Annotated, NoReturn, Optional
 
 import typer
 
-from events.base import NAME_PATTERN, NAME_RULE
+from quotasched.events.base import NAME_PATTERN, NAME_RULE
 
 
 def register(app: typer.Typer) -> None:
@@ -41,7 +41,7 @@ MetricsPort = Annotated[
 
 
 def _settings(nats_url: Optional[str], **values) -> "Settings":
-    from services.settings import Settings
+    from quotasched.services.settings import Settings
 
     return Settings(nats_url=nats_url, **{k: v for k, v in values.items() if v is not None})
 
@@ -70,9 +70,9 @@ def up(
     """
     import asyncio
 
-    from services import logs
-    from services.datadir import DataDirError, lock
-    from services.embedded import ServerStartError
+    from quotasched.services import logs
+    from quotasched.services.datadir import DataDirError, lock
+    from quotasched.services.embedded import ServerStartError
 
     if executor not in ("simulated", "process", "none"):
         typer.echo("quotasched up: --executor must be simulated, process or none", err=True)
@@ -84,10 +84,10 @@ def up(
     with held:
         try:
             if nats_url is None and port:
-                from services.embedded import check_port_free
+                from quotasched.services.embedded import check_port_free
 
                 check_port_free(port)  # before the server opens the store, before any log line
-            from services.runtime import serve
+            from quotasched.services.runtime import serve
 
             logs.configure()
             settings = _settings(nats_url, data_dir=str(data_dir), metrics_port=metrics_port)
@@ -110,9 +110,9 @@ def _refuse(reason: object) -> NoReturn:
 
 def _refuse_projector(error: Exception) -> NoReturn:
     """The projector's start-up errors are one line; anything else is a bug: re-raised."""
-    from projections.schema import SchemaMismatch
-    from projections.store import ProjectionError
-    from services.projector.service import ProjectorError
+    from quotasched.projections.schema import SchemaMismatch
+    from quotasched.projections.store import ProjectionError
+    from quotasched.services.projector.service import ProjectorError
 
     if not isinstance(error, (ProjectorError, ProjectionError, SchemaMismatch)):
         raise error
@@ -134,8 +134,8 @@ def scheduler(
     """Run one scheduler instance against a NATS server; a second one is a hot standby."""
     import asyncio
 
-    from services import logs
-    from services.runtime import Stack, stop_on_signals
+    from quotasched.services import logs
+    from quotasched.services.runtime import Stack, stop_on_signals
 
     if nats_url is None:
         typer.echo("quotasched scheduler: --nats-url (or QUOTASCHED_NATS_URL) is required", err=True)
@@ -146,14 +146,14 @@ def scheduler(
         stack = Stack(_settings(nats_url, partition=partition, metrics_port=metrics_port),
                       executor="none", scheduler=False)  # fmt: skip
         async with stack:
-            from services.bus import connect
+            from quotasched.services.bus import connect
 
             nc = await connect(nats_url, "quotasched-scheduler")
             stop_on_signals(stack.stop)
             await run_partitions(nc, stack.settings, queues, stack.expose, stack.stop)
             await nc.close()
 
-    from services.scheduler.process import EVERY_QUEUE, run_partitions
+    from quotasched.services.scheduler.process import EVERY_QUEUE, run_partitions
 
     queues = [name for value in job_queue or [] for name in value.replace(",", " ").split()]
     bad = [name for name in queues if name != EVERY_QUEUE and not re.match(NAME_PATTERN, name)]
@@ -163,7 +163,7 @@ def scheduler(
     try:
         asyncio.run(run())
     except Exception as error:
-        from services.scheduler.mode import ModeConflict
+        from quotasched.services.scheduler.mode import ModeConflict
 
         if not isinstance(error, ModeConflict):
             raise
@@ -198,8 +198,8 @@ def executor_command(
     """
     import asyncio
 
-    from services import logs
-    from services.runtime import Stack, stop_on_signals
+    from quotasched.services import logs
+    from quotasched.services.runtime import Stack, stop_on_signals
 
     if nats_url is None:
         typer.echo("quotasched executor: --nats-url (or QUOTASCHED_NATS_URL) is required", err=True)
@@ -210,8 +210,8 @@ def executor_command(
     if job_queue is not None and not re.fullmatch(NAME_PATTERN, job_queue):
         typer.echo(f"quotasched executor: --job-queue {job_queue}: {NAME_RULE}", err=True)
         raise typer.Exit(2)
-    from services.executors.base import consumer_name
-    from services.executors.ledger import Ledger, LedgerError
+    from quotasched.services.executors.base import consumer_name
+    from quotasched.services.executors.ledger import Ledger, LedgerError
 
     try:  # a damaged attempt file stops the start here, with its path, not in a traceback
         Ledger(str(state_dir / f"{consumer_name(kind, name, job_queue)}.json"))
@@ -251,12 +251,12 @@ def projector_command(
     """
     import asyncio
 
-    from projections.schema import SchemaMismatch
-    from projections.store import ProjectionError
-    from services import logs
-    from services.bus import Unreachable
-    from services.projector.service import ProjectorError, ProjectorHalted
-    from services.runtime import Stack, stop_on_signals
+    from quotasched.projections.schema import SchemaMismatch
+    from quotasched.projections.store import ProjectionError
+    from quotasched.services import logs
+    from quotasched.services.bus import Unreachable
+    from quotasched.services.projector.service import ProjectorError, ProjectorHalted
+    from quotasched.services.runtime import Stack, stop_on_signals
 
     if nats_url is None:
         typer.echo("quotasched projector: --nats-url (or QUOTASCHED_NATS_URL) is required", err=True)

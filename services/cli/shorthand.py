@@ -24,8 +24,8 @@ import re
 from pathlib import Path
 from typing import Any, Callable
 
-from services.cli.shorthand_grammar import Parser, ShorthandError, parse_shorthand
-from services.cli.shorthand_shapes import (  # noqa: F401  (re-exported: the public face)
+from quotasched.services.cli.shorthand_grammar import Parser, ShorthandError, parse_shorthand
+from quotasched.services.cli.shorthand_shapes import (  # noqa: F401  (re-exported: the public face)
     BOOLEAN,
     CAPACITY_LIMITS,
     CAPACITY_USAGE,

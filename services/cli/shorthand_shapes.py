@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Union
 
-from services.cli.shorthand_grammar import ShorthandError
+from quotasched.services.cli.shorthand_grammar import ShorthandError
 
 
 # -- shapes (the parts of the AWS Batch API model our options use) --------------------------

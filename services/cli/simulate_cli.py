@@ -17,7 +17,7 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
-from services.cli.report_cli import _prose
+from quotasched.services.cli.report_cli import _prose
 
 EXIT_FAILED, EXIT_USAGE = 1, 2
 
@@ -90,7 +90,7 @@ def _check_usage(paths: list[str], config, compare: bool, out, chart, pool) -> N
 
 def _load(trace: str, paths: list[str], pool):
     """The trace, and every configuration (one per --pool size each), uniquely named."""
-    from services.simulate import ConfigError, TraceError, load_config, read_trace
+    from quotasched.services.simulate import ConfigError, TraceError, load_config, read_trace
 
     try:
         loaded = [load_config(path) for path in paths]
@@ -110,7 +110,7 @@ def _load(trace: str, paths: list[str], pool):
 
 def _run_all(job_trace, loaded, record: bool, progress: bool) -> list:
     """Simulate every configuration in turn; a failure ends the command with its exit status."""
-    from services.simulate import ConfigError, SimulationError, TraceError
+    from quotasched.services.simulate import ConfigError, SimulationError, TraceError
 
     console = Console(stderr=True)
     runs = []
@@ -125,7 +125,7 @@ def _run_all(job_trace, loaded, record: bool, progress: bool) -> list:
 
 
 def _run(job_trace, config, record: bool, progress: bool, console: Console):
-    from services.simulate import simulate as run_simulation
+    from quotasched.services.simulate import simulate as run_simulation
 
     if not progress:
         return run_simulation(job_trace, config, record=record)
@@ -146,8 +146,8 @@ def _run(job_trace, config, record: bool, progress: bool, console: Console):
 
 
 def _report(runs, job_trace, out, chart, shares, progress) -> None:
-    from services.simulate import summarize, write_fact_log
-    from services.simulate.render import chart_html, compare_table, share_table
+    from quotasched.services.simulate import summarize, write_fact_log
+    from quotasched.services.simulate.render import chart_html, compare_table, share_table
 
     console = Console()
     if not console.is_terminal:  # a file or a pipe: wide enough for several columns
@@ -162,7 +162,7 @@ def _report(runs, job_trace, out, chart, shares, progress) -> None:
         for share, reason in summary.blocked.items():
             console.print(f"[yellow]{summary.name}: share {share} was blocked: {reason}[/]")
     if out:
-        from projections import ProjectionError
+        from quotasched.projections import ProjectionError
 
         try:
             rebuilt = write_fact_log(runs[0].facts or [], out, progress=progress)
@@ -173,7 +173,7 @@ def _report(runs, job_trace, out, chart, shares, progress) -> None:
         typer.echo(f"wrote {out}: {rebuilt.facts:,} facts in {rebuilt.seconds:.1f} s "
                    f"(query it: quotasched sql \"...\" --db {out})", err=True)  # fmt: skip
     if chart:
-        from services.simulate import series
+        from quotasched.services.simulate import series
 
         start = min(s.window_start for s in summaries)
         end = max(s.window_end for s in summaries)
@@ -195,7 +195,7 @@ def synth_trace(
         "--mean-gap-s", min=0.001, help="Mean seconds between two submissions.")] = 60.0,
 ) -> None:
     """Write a small seeded synthetic trace (ITP-like sizes and durations) for tests and demos."""
-    from services.simulate import synthetic, write_trace
+    from quotasched.services.simulate import synthetic, write_trace
 
     try:
         write_trace(synthetic(jobs, teams=teams, seed=seed, mean_gap_s=mean_gap_s), out)

@@ -12,14 +12,14 @@ from faststream.nats import JStream, NatsBroker
 from faststream.nats.annotations import NatsMessage
 from nats.js.api import DeliverPolicy
 
-from events.base import NAME_PATTERN, NAME_RULE
-from events.subjects import COMMANDS_STREAM, FACTS_PREFIX, FACTS_STREAM
-from services import logs, natsfix
-from services.executors.base import Executor, consumer_name
-from services.executors.ledger import Ledger
-from services.executors.process import ProcessExecutor
-from services.executors.simulated import SimulatedExecutor
-from services.executors.watch import ConsumerWatch
+from quotasched.events.base import NAME_PATTERN, NAME_RULE
+from quotasched.events.subjects import COMMANDS_STREAM, FACTS_PREFIX, FACTS_STREAM
+from quotasched.services import logs, natsfix
+from quotasched.services.executors.base import Executor, consumer_name
+from quotasched.services.executors.ledger import Ledger
+from quotasched.services.executors.process import ProcessExecutor
+from quotasched.services.executors.simulated import SimulatedExecutor
+from quotasched.services.executors.watch import ConsumerWatch
 
 natsfix.install()  # every fact an executor reads carries four headers; see services/natsfix.py
 
@@ -91,7 +91,7 @@ async def catch_up(js, executor: Executor, on_fatal=None) -> int:
     executor.watch = ConsumerWatch(js, executor.consumer, on_fatal=on_fatal,
                                    handled=lambda: executor.handled_seq).start()
 
-    from services.scheduler.log import ALL_FACTS, read_log
+    from quotasched.services.scheduler.log import ALL_FACTS, read_log
 
     try:
         info = await js.consumer_info(FACTS_STREAM, executor.consumer)

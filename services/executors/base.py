@@ -25,9 +25,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from events.subjects import FACTS_PREFIX, command_subject
-from services import logs
-from services.executors.ledger import Entry, Ledger
+from quotasched.events.subjects import FACTS_PREFIX, command_subject
+from quotasched.services import logs
+from quotasched.services.executors.ledger import Entry, Ledger
 
 log = logs.get("quotasched.executor")
 

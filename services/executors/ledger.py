@@ -26,7 +26,7 @@ import json
 import os
 from dataclasses import asdict, dataclass
 
-from services import logs
+from quotasched.services import logs
 
 log = logs.get("quotasched.executor")
 

@@ -19,8 +19,8 @@ import os
 import shlex
 import signal
 
-from services.executors.base import Attempt, Executor, Publish
-from services.executors.ledger import Entry, Ledger, process_alive, process_started
+from quotasched.services.executors.base import Attempt, Executor, Publish
+from quotasched.services.executors.ledger import Entry, Ledger, process_alive, process_started
 
 
 def command_line(spec: dict) -> list[str]:

@@ -10,8 +10,8 @@ from __future__ import annotations
 import asyncio
 import json
 
-from services.executors.base import Attempt, Executor, Publish
-from services.executors.ledger import Ledger
+from quotasched.services.executors.base import Attempt, Executor, Publish
+from quotasched.services.executors.ledger import Ledger
 
 
 def job_duration_s(spec: dict, default: float) -> float:

@@ -29,8 +29,8 @@ from nats.js.api import ConsumerConfig, ConsumerInfo, DeliverPolicy
 from nats.errors import TimeoutError as NatsTimeout
 from nats.js.errors import APIError, NotFoundError
 
-from events.subjects import FACTS_STREAM
-from services import logs
+from quotasched.events.subjects import FACTS_STREAM
+from quotasched.services import logs
 
 log = logs.get("quotasched.executor")
 

@@ -24,7 +24,7 @@ and rendering the story), `sentences` (the wording of each fact), `waiting` (why
 fact).  This module is the public face: every name importers use is here.
 """
 
-from services.explain.story import (
+from quotasched.services.explain.story import (
     WAITING,
     Entry,
     InconsistentLog,
@@ -33,7 +33,7 @@ from services.explain.story import (
     mentions,
     render,
 )
-from services.explain.waiting import why_waiting
+from quotasched.services.explain.waiting import why_waiting
 
 __all__ = ["WAITING", "Entry", "InconsistentLog", "Story", "explain", "mentions", "render",
            "why_waiting"]

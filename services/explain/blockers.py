@@ -5,9 +5,9 @@ preemption can't make room."""
 
 from __future__ import annotations
 
-from services.scheduler.core import State
-from services.scheduler.core.accounting import contribution, within_own_limit
-from services.scheduler.core.entities import Environment, Job, Queue, Share
+from quotasched.services.scheduler.core import State
+from quotasched.services.scheduler.core.accounting import contribution, within_own_limit
+from quotasched.services.scheduler.core.entities import Environment, Job, Queue, Share
 
 
 def _blockers(state: State, environment: Environment, queue: Queue, share: Share, job: Job,

@@ -4,13 +4,13 @@ happened and why these victims (the victim orderings of `ordering.py`)."""
 
 from __future__ import annotations
 
-from events import facts as F
-from events.values import PreemptionReason
-from services.explain.blockers import _blockers
-from services.explain.sentences import _time
-from services.scheduler.core import State
-from services.scheduler.core.entities import Environment, Job, Queue
-from services.scheduler.core.ordering import cross_share_victim_order, in_share_victim_order
+from quotasched.events import facts as F
+from quotasched.events.values import PreemptionReason
+from quotasched.services.explain.blockers import _blockers
+from quotasched.services.explain.sentences import _time
+from quotasched.services.scheduler.core import State
+from quotasched.services.scheduler.core.entities import Environment, Job, Queue
+from quotasched.services.scheduler.core.ordering import cross_share_victim_order, in_share_victim_order
 
 # -- contexts, read right before a fact --------------------------------------------------------
 

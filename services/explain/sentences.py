@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from events import facts as F
-from events.values import JobStatus, PreemptionOutcome, StatusCause
-from services.cli.narrate import sentence as narrate
-from services.scheduler.core import State
+from quotasched.events import facts as F
+from quotasched.events.values import JobStatus, PreemptionOutcome, StatusCause
+from quotasched.services.cli.narrate import sentence as narrate
+from quotasched.services.scheduler.core import State
 
 
 def _sentence(state: State, fact: F.Fact, job_id: str, before: Any, context: str | None,

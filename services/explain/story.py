@@ -8,13 +8,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from events import facts as F
-from events.values import JobStatus
-from services.explain.contexts import _dispatch_context, _preemption_context
-from services.explain.sentences import _sentence, _time
-from services.explain.waiting import _waiting
-from services.scheduler.core import State, evolve
-from services.scheduler.core.entities import Job
+from quotasched.events import facts as F
+from quotasched.events.values import JobStatus
+from quotasched.services.explain.contexts import _dispatch_context, _preemption_context
+from quotasched.services.explain.sentences import _sentence, _time
+from quotasched.services.explain.waiting import _waiting
+from quotasched.services.scheduler.core import State, evolve
+from quotasched.services.scheduler.core.entities import Job
 
 WAITING = "Waiting"  # the kind of an entry derived from the state, not a fact of its own
 

@@ -4,12 +4,12 @@ says when the story is worth telling again."""
 
 from __future__ import annotations
 
-from events.values import JobStatus
-from events.values import State as OnOff
-from services.explain.blockers import _blockers
-from services.scheduler.core import State
-from services.scheduler.core.admission import blocked_reason
-from services.scheduler.core.entities import Job, Share
+from quotasched.events.values import JobStatus
+from quotasched.events.values import State as OnOff
+from quotasched.services.explain.blockers import _blockers
+from quotasched.services.scheduler.core import State
+from quotasched.services.scheduler.core.admission import blocked_reason
+from quotasched.services.scheduler.core.entities import Job, Share
 
 # -- why a job waits ---------------------------------------------------------------------------
 

@@ -32,11 +32,11 @@ from __future__ import annotations
 
 # Every name the old single module had, private ones too (tests read `_REASON_OUTCOME`);
 # `__all__` is unchanged.
-from services.metrics.endpoint import QUERY_TIMEOUT_S, MetricsEndpoint, _Parts
-from services.metrics.histogram import Histogram, _float_text
-from services.metrics.projector_part import APPLY_BUCKETS, ProjectorPart
-from services.metrics.scheduler_part import SchedulerPart
-from services.metrics.state_gauges import (
+from quotasched.services.metrics.endpoint import QUERY_TIMEOUT_S, MetricsEndpoint, _Parts
+from quotasched.services.metrics.histogram import Histogram, _float_text
+from quotasched.services.metrics.projector_part import APPLY_BUCKETS, ProjectorPart
+from quotasched.services.metrics.scheduler_part import SchedulerPart
+from quotasched.services.metrics.state_gauges import (
     QUEUED_STATUSES,
     SCAN_CHUNK,
     _waiting,
@@ -45,7 +45,7 @@ from services.metrics.state_gauges import (
     share_figures,
     state_families,
 )
-from services.metrics.writer_stats import (
+from quotasched.services.metrics.writer_stats import (
     _READ_KINDS,
     _REASON_OUTCOME,
     _SUBJECT,

@@ -12,7 +12,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from services import logs
+from quotasched.services import logs
 
 log = logs.get("quotasched.metrics")
 

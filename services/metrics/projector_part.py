@@ -8,9 +8,9 @@ from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from events.subjects import FACTS_STREAM
-from services import logs
-from services.metrics.endpoint import QUERY_TIMEOUT_S
+from quotasched.events.subjects import FACTS_STREAM
+from quotasched.services import logs
+from quotasched.services.metrics.endpoint import QUERY_TIMEOUT_S
 
 log = logs.get("quotasched.metrics")
 

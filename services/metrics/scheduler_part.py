@@ -8,10 +8,10 @@ from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from events.subjects import COMMANDS_STREAM
-from services import logs
-from services.metrics.endpoint import QUERY_TIMEOUT_S
-from services.metrics.state_gauges import jobs_by_status_yielding, state_families
+from quotasched.events.subjects import COMMANDS_STREAM
+from quotasched.services import logs
+from quotasched.services.metrics.endpoint import QUERY_TIMEOUT_S
+from quotasched.services.metrics.state_gauges import jobs_by_status_yielding, state_families
 
 log = logs.get("quotasched.metrics")
 

@@ -9,8 +9,8 @@ from collections import Counter
 
 from prometheus_client.core import GaugeMetricFamily
 
-from events.values import JobStatus
-from services.scheduler.core.state import State
+from quotasched.events.values import JobStatus
+from quotasched.services.scheduler.core.state import State
 
 SCAN_CHUNK = 5_000  # queued jobs checked between two turns of the writer's event loop
 QUEUED_STATUSES = (JobStatus.RUNNABLE, JobStatus.SCHEDULED, JobStatus.STARTING, JobStatus.RUNNING)

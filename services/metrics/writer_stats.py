@@ -13,7 +13,7 @@ from operator import itemgetter
 
 from prometheus_client.core import CounterMetricFamily
 
-from services.metrics.histogram import Histogram
+from quotasched.services.metrics.histogram import Histogram
 
 # Seconds.  Deciding a batch takes ~30-100 us per command, so 1 command to 1000 per batch.
 DECIDE_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,

@@ -2,7 +2,7 @@
 
     quotasched projector --nats-url URL --db q.duckdb      # or part of `quotasched up`
 
-    from services.projector.client import query
+    from quotasched.services.projector.client import query
     query(url, "sql", sql="SELECT status, count(*) FROM jobs GROUP BY ALL")
     query(url, "describe-service-job", jobId="high")
     query(url, "position")             # last applied fact seq, and lag behind the log

@@ -14,9 +14,9 @@ from typing import Any
 
 import duckdb
 
-from services import logs
-from services.projector import API_PREFIX, api
-from services.projector.errors import ProjectorError
+from quotasched.services import logs
+from quotasched.services.projector import API_PREFIX, api
+from quotasched.services.projector.errors import ProjectorError
 
 log = logs.get("quotasched.projector")
 

@@ -31,7 +31,7 @@ from typing import Any
 
 import duckdb
 
-from projections import queries
+from quotasched.projections import queries
 
 DEFAULT_ROW_LIMIT = 1000
 MAX_ROW_LIMIT = 10_000

@@ -15,10 +15,10 @@ import time
 
 import duckdb
 
-import projections
-from services import logs
-from services.projector import APPLIED_SUBJECT
-from services.projector.errors import ProjectorHalted
+from quotasched import projections
+from quotasched.services import logs
+from quotasched.services.projector import APPLIED_SUBJECT
+from quotasched.services.projector.errors import ProjectorHalted
 
 log = logs.get("quotasched.projector")
 

@@ -23,12 +23,12 @@ import time
 
 from nats.js.errors import NotFoundError
 
-import projections
-from events.subjects import FACTS_STREAM
-from projections.rebuild import Spool
-from services import logs
-from services.projector.reading import ends_command, place_in_command
-from services.scheduler.log import ALL_FACTS, read_log_chunks
+from quotasched import projections
+from quotasched.events.subjects import FACTS_STREAM
+from quotasched.projections.rebuild import Spool
+from quotasched.services import logs
+from quotasched.services.projector.reading import ends_command, place_in_command
+from quotasched.services.scheduler.log import ALL_FACTS, read_log_chunks
 
 log = logs.get("quotasched.projector")
 

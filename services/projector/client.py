@@ -1,6 +1,6 @@
 """Ask the projector (over NATS request/reply) instead of opening its DuckDB file.
 
-    from services.projector.client import query
+    from quotasched.services.projector.client import query
     answer = query("nats://127.0.0.1:4222", "sql", sql="SELECT job_id, status FROM jobs")
     answer["columns"], answer["rows"], answer["truncated"], answer["position"]
     query(url, "describe-service-job", jobId="high")          # AWS-shaped, like qm.api.*
@@ -30,8 +30,8 @@ from typing import Any
 
 import nats.errors
 
-from services.bus import Unreachable, connect
-from services.projector import API_PREFIX, APPLIED_SUBJECT
+from quotasched.services.bus import Unreachable, connect
+from quotasched.services.projector import API_PREFIX, APPLIED_SUBJECT
 
 
 class ProjectorError(Exception):

@@ -14,9 +14,9 @@ import time
 from nats.js.api import ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 
-from events.subjects import FACTS_STREAM
-from services import logs
-from services.scheduler.log import ALL_FACTS, stream_seq
+from quotasched.events.subjects import FACTS_STREAM
+from quotasched.services import logs
+from quotasched.services.scheduler.log import ALL_FACTS, stream_seq
 
 log = logs.get("quotasched.projector")
 

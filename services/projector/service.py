@@ -62,19 +62,19 @@ from concurrent.futures import ThreadPoolExecutor
 from nats.aio.client import Client
 from nats.js.errors import NotFoundError
 
-import projections
-from events.subjects import FACTS_STREAM
-from projections import store as store_module
-from projections.rebuild import discard
-from services import logs
-from services.metrics import APPLY_BUCKETS, Histogram
-from services.projector import API_PREFIX, QUEUE_GROUP
-from services.projector.answering import AnsweringMixin
-from services.projector.applying import ApplyingMixin
-from services.projector.bulk import BulkMixin, allow_spool
-from services.projector.errors import ProjectorError, ProjectorHalted
-from services.projector.options import ProjectorOptions
-from services.projector.reading import ReadingMixin
+from quotasched import projections
+from quotasched.events.subjects import FACTS_STREAM
+from quotasched.projections import store as store_module
+from quotasched.projections.rebuild import discard
+from quotasched.services import logs
+from quotasched.services.metrics import APPLY_BUCKETS, Histogram
+from quotasched.services.projector import API_PREFIX, QUEUE_GROUP
+from quotasched.services.projector.answering import AnsweringMixin
+from quotasched.services.projector.applying import ApplyingMixin
+from quotasched.services.projector.bulk import BulkMixin, allow_spool
+from quotasched.services.projector.errors import ProjectorError, ProjectorHalted
+from quotasched.services.projector.options import ProjectorOptions
+from quotasched.services.projector.reading import ReadingMixin
 
 log = logs.get("quotasched.projector")
 

@@ -17,8 +17,8 @@ import asyncio
 import threading
 from collections.abc import Callable
 
-from services.bus import connect
-from services.projector.service import Projector, ProjectorOptions
+from quotasched.services.bus import connect
+from quotasched.services.projector.service import Projector, ProjectorOptions
 
 
 class ProjectorThread:

@@ -82,7 +82,7 @@ from .style import (  # noqa: F401
 
 def build(db_path: str, job_queues: list[str] | None = None, t_from: float | None = None,
           t_to: float | None = None) -> Report:  # fmt: skip
-    from projections import store
+    from quotasched.projections import store
 
     with store.open(db_path, read_only=True) as projection:
         return load(projection.con, db_path, job_queues, t_from, t_to)

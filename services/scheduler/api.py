@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from events.subjects import API_PREFIX
-from services.scheduler.core.entities import Job
-from services.scheduler.core.state import State
-from services.scheduler.partition import Partition
+from quotasched.events.subjects import API_PREFIX
+from quotasched.services.scheduler.core.entities import Job
+from quotasched.services.scheduler.core.state import State
+from quotasched.services.scheduler.partition import Partition
 
 ARN = "arn:aws:batch:local:000000000000"
 

@@ -19,7 +19,7 @@ import nats.errors
 from nats.js import JetStreamContext
 from nats.js.errors import KeyWrongLastSequenceError, NotFoundError, APIError
 
-from events.subjects import LEASES_BUCKET
+from quotasched.events.subjects import LEASES_BUCKET
 
 # The bucket did not answer: a request timed out, or the connection is closed or reconnecting.
 UNANSWERED = (nats.errors.TimeoutError, nats.errors.ConnectionClosedError,

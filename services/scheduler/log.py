@@ -20,12 +20,12 @@ from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy, ObjectMeta, ObjectMetaOptions
 from nats.js.errors import NotFoundError, ObjectNotFoundError
 
-from events.codec import decode_fact, encode_bytes
-from events.subjects import ANY, COMMANDS_PREFIX, COMMANDS_STREAM, FACTS_STREAM, SNAPSHOTS_BUCKET
-from services.bus import last_sequence
-from services.scheduler.core import State, evolve
-from services.scheduler.partition import Partition
-from services.scheduler.routing import decide_message, fact_subject_of
+from quotasched.events.codec import decode_fact, encode_bytes
+from quotasched.events.subjects import ANY, COMMANDS_PREFIX, COMMANDS_STREAM, FACTS_STREAM, SNAPSHOTS_BUCKET
+from quotasched.services.bus import last_sequence
+from quotasched.services.scheduler.core import State, evolve
+from quotasched.services.scheduler.partition import Partition
+from quotasched.services.scheduler.routing import decide_message, fact_subject_of
 
 # 7: whether the last decided command was refused; 6: every state object pickled as a tuple, the same from the interpreted and the compiled
 # core; 5: blocked_due in the state; 4: the last command in the state; 3: jobs pickled as

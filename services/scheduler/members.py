@@ -24,8 +24,8 @@ import nats.errors
 from nats.js import JetStreamContext
 from nats.js.errors import APIError, NotFoundError
 
-from events.subjects import LEASES_BUCKET
-from services.scheduler.lease import UNANSWERED
+from quotasched.events.subjects import LEASES_BUCKET
+from quotasched.services.scheduler.lease import UNANSWERED
 
 PREFIX = "scheduler.member."
 

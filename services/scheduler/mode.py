@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from nats.js.errors import NotFoundError
 
-from events.subjects import COMMANDS_STREAM, FACTS_STREAM
-from services.scheduler.log import first_writer
-from services.scheduler.partition import SINGLE, partition_mode
+from quotasched.events.subjects import COMMANDS_STREAM, FACTS_STREAM
+from quotasched.services.scheduler.log import first_writer
+from quotasched.services.scheduler.partition import SINGLE, partition_mode
 
 
 async def claim_mode(js, mode: str) -> None:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from events.subjects import ANY, COMMANDS_PREFIX, FACTS_PREFIX, command_subject
+from quotasched.events.subjects import ANY, COMMANDS_PREFIX, FACTS_PREFIX, command_subject
 
 SINGLE = "single"
 PER_QUEUE = "per-queue"

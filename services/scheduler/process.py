@@ -17,12 +17,12 @@ from collections.abc import Awaitable, Callable
 
 from nats.aio.client import Client
 
-from services import logs
-from services.scheduler.members import Members
-from services.scheduler.partition import Partition
-from services.scheduler.service import Scheduler
-from services.scheduler.waits import sleep_or
-from services.settings import Settings
+from quotasched.services import logs
+from quotasched.services.scheduler.members import Members
+from quotasched.services.scheduler.partition import Partition
+from quotasched.services.scheduler.service import Scheduler
+from quotasched.services.scheduler.waits import sleep_or
+from quotasched.services.settings import Settings
 
 EVERY_QUEUE = "*"
 

@@ -15,10 +15,10 @@ the re-run still agree and the report says how many commands were refused by the
 
 from __future__ import annotations
 
-from events.codec import DecodeError, decode_command
-from events.facts import Fact
-from events.subjects import parse_command_subject
-from services.scheduler.core import State, reject
+from quotasched.events.codec import DecodeError, decode_command
+from quotasched.events.facts import Fact
+from quotasched.events.subjects import parse_command_subject
+from quotasched.services.scheduler.core import State, reject
 
 # The distinct start of the reason of a command the fact log refused (never a core reason).
 LOG_REFUSAL = "Not recorded: the fact log refused this command's facts"
@@ -44,7 +44,7 @@ def is_log_refusal(text: str | bytes) -> bool:
 
 def refusal_cause_of(text: str) -> str:
     """The cause recorded in a log refusal's reason (what `refuse_message` was given)."""
-    from events.codec import decode_fact
+    from quotasched.events.codec import decode_fact
 
     reason = decode_fact(text).status_reason
     start = reason.find("(", len(LOG_REFUSAL))

@@ -8,15 +8,15 @@ terminate or report on another share's job.
 
 from __future__ import annotations
 
-from events.codec import DecodeError, decode_command
-from events.facts import Fact
-from events.subjects import (
+from quotasched.events.codec import DecodeError, decode_command
+from quotasched.events.facts import Fact
+from quotasched.events.subjects import (
     JOB_ID_COMMANDS,
     fact_subject,
     parse_command_subject,
     subject_for_command,
 )
-from services.scheduler.core import State, reject, reject_undecodable, step
+from quotasched.services.scheduler.core import State, reject, reject_undecodable, step
 
 
 def decide_message(state: State, subject: str, data: bytes, seq: int, stamp: float) -> list[Fact]:

@@ -22,20 +22,20 @@ from nats.aio.client import Client
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import APIError, KeyWrongLastSequenceError, NotFoundError
 
-from events.subjects import ANY, API_PREFIX, COMMANDS_STREAM, FACTS_STREAM
-from services import logs
-from services.bus import DISK_FULL, FactAppender, ensure_streams, refusal_cause
-from services.metrics import WriterStats
-from services.scheduler import core
-from services.scheduler.api import answer_in
-from services.scheduler.lease import Lease
-from services.scheduler.log import Recovered, recover
-from services.scheduler.members import Members
-from services.scheduler.mode import claim_mode
-from services.scheduler.partition import Partition
-from services.scheduler.waits import sleep_or
-from services.scheduler.writer import SteppedDown, Writer, WriterHealth
-from services.settings import Settings
+from quotasched.events.subjects import ANY, API_PREFIX, COMMANDS_STREAM, FACTS_STREAM
+from quotasched.services import logs
+from quotasched.services.bus import DISK_FULL, FactAppender, ensure_streams, refusal_cause
+from quotasched.services.metrics import WriterStats
+from quotasched.services.scheduler import core
+from quotasched.services.scheduler.api import answer_in
+from quotasched.services.scheduler.lease import Lease
+from quotasched.services.scheduler.log import Recovered, recover
+from quotasched.services.scheduler.members import Members
+from quotasched.services.scheduler.mode import claim_mode
+from quotasched.services.scheduler.partition import Partition
+from quotasched.services.scheduler.waits import sleep_or
+from quotasched.services.scheduler.writer import SteppedDown, Writer, WriterHealth
+from quotasched.services.settings import Settings
 
 log = logs.get("quotasched.scheduler")
 

@@ -32,10 +32,10 @@ from dataclasses import dataclass
 import nats.errors
 from nats.js.errors import NotFoundError
 
-from events.codec import encode_bytes
-from events.subjects import FACTS_STREAM, parse_command_subject
-from services import logs
-from services.bus import (
+from quotasched.events.codec import encode_bytes
+from quotasched.events.subjects import FACTS_STREAM, parse_command_subject
+from quotasched.services import logs
+from quotasched.services.bus import (
     COMMAND,
     DISK_FULL,
     FENCE,
@@ -44,10 +44,10 @@ from services.bus import (
     FactAppender,
     message_size,
 )
-from services.scheduler.core import catch_up_clock
-from services.scheduler.log import capture_snapshot, save_snapshot, sequence_and_time
-from services.scheduler.refusals import refuse_message
-from services.scheduler.routing import decide_message, fact_subject_of
+from quotasched.services.scheduler.core import catch_up_clock
+from quotasched.services.scheduler.log import capture_snapshot, save_snapshot, sequence_and_time
+from quotasched.services.scheduler.refusals import refuse_message
+from quotasched.services.scheduler.routing import decide_message, fact_subject_of
 
 log = logs.get("quotasched.scheduler")
 

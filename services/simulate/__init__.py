@@ -7,11 +7,11 @@
     write_fact_log(run.facts, "sim.duckdb")          # the projections, queryable with SQL
 """
 
-from services.simulate.config import ConfigError, SimConfig, load_config, parse_config
-from services.simulate.engine import Run, SimulationError, simulate
-from services.simulate.output import write_fact_log
-from services.simulate.summary import Summary, series, summarize
-from services.simulate.trace import Trace, TraceError, read_trace, synthetic, write_trace
+from quotasched.services.simulate.config import ConfigError, SimConfig, load_config, parse_config
+from quotasched.services.simulate.engine import Run, SimulationError, simulate
+from quotasched.services.simulate.output import write_fact_log
+from quotasched.services.simulate.summary import Summary, series, summarize
+from quotasched.services.simulate.trace import Trace, TraceError, read_trace, synthetic, write_trace
 
 __all__ = [
     "ConfigError", "Run", "SimConfig", "SimulationError", "Summary", "Trace", "TraceError",

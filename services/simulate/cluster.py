@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import json
 
-from events import commands as C
-from events.codec import decode_command
-from services.simulate.config import ConfigError, SimConfig
-from services.simulate.trace import Trace
+from quotasched.events import commands as C
+from quotasched.events.codec import decode_command
+from quotasched.services.simulate.config import ConfigError, SimConfig
+from quotasched.services.simulate.trace import Trace
 
 ENVIRONMENT, POLICY, QUEUE = "pool", "fifo", "sim"
 

@@ -24,8 +24,8 @@ from typing import Annotated, Literal, Union
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from events.base import NAME_PATTERN
-from events.values import SharingStrategy
+from quotasched.events.base import NAME_PATTERN
+from quotasched.events.values import SharingStrategy
 
 MAX_SHARES = 20  # quota shares per job queue (AWS service quota)
 Priority = Annotated[int, Field(ge=0, le=9999)]

@@ -28,14 +28,14 @@ import time as clock
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from events import commands as C
-from events import facts as F
-from events.codec import decode_command, encode
-from events.values import CapacityUsage, JobStatus, PreemptionOutcome
-from services.scheduler.core import State, step
-from services.simulate.cluster import QUEUE, plan, setup_commands, templates
-from services.simulate.config import SimConfig
-from services.simulate.trace import Trace
+from quotasched.events import commands as C
+from quotasched.events import facts as F
+from quotasched.events.codec import decode_command, encode
+from quotasched.events.values import CapacityUsage, JobStatus, PreemptionOutcome
+from quotasched.services.scheduler.core import State, step
+from quotasched.services.simulate.cluster import QUEUE, plan, setup_commands, templates
+from quotasched.services.simulate.config import SimConfig
+from quotasched.services.simulate.trace import Trace
 
 PROGRESS_EVERY = 8192  # events between two progress callbacks
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import os
 
-from events.codec import encode_bytes
-from events.facts import Fact
-from projections.rebuild import Rebuilt, rebuild_from_file
+from quotasched.events.codec import encode_bytes
+from quotasched.events.facts import Fact
+from quotasched.projections.rebuild import Rebuilt, rebuild_from_file
 
 
 def write_fact_log(facts: list[Fact], db_path: str, progress: bool = False) -> Rebuilt:

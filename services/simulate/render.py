@@ -12,7 +12,7 @@ import math
 
 from rich.table import Table
 
-from services.simulate.summary import Series, Summary
+from quotasched.services.simulate.summary import Series, Summary
 
 COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2",
            "#17becf", "#7f7f7f", "#bcbd22")  # fmt: skip

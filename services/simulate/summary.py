@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from services.simulate.engine import Run
+from quotasched.services.simulate.engine import Run
 
 HOUR = 3600.0
 

@@ -13,7 +13,7 @@ import csv
 import random
 from dataclasses import dataclass, field
 
-from events.base import NAME_PATTERN
+from quotasched.events.base import NAME_PATTERN
 
 COLUMNS = ("job_id", "submit_time_s", "duration_s", "gpus", "team", "job_type")
 REQUIRED = COLUMNS[:5]

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from events.codec import DecodeError, decode_command, decode_fact
+from quotasched.events.codec import DecodeError, decode_command, decode_fact
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"

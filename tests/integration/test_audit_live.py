@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from events.subjects import command_subject, fact_subject
-from services.client import Bus
+from quotasched.events.subjects import command_subject, fact_subject
+from quotasched.services.client import Bus
 from tests.integration.helpers import (
     NOTEBOOK,
     api_ready,

@@ -17,7 +17,7 @@ import nats
 import pytest
 from nats.errors import NoRespondersError
 
-from events.codec import decode_fact, encode
+from quotasched.events.codec import decode_fact, encode
 from tests.integration.conftest import wait_until
 
 pytestmark = pytest.mark.nats

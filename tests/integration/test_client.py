@@ -17,9 +17,9 @@ import time
 
 import pytest
 
-from services.client import AsyncTrainingQueue, Bus, ClientError, TrainingQueue
-from services.runtime import Stack
-from services.settings import Settings
+from quotasched.services.client import AsyncTrainingQueue, Bus, ClientError, TrainingQueue
+from quotasched.services.runtime import Stack
+from quotasched.services.settings import Settings
 
 pytestmark = pytest.mark.nats
 

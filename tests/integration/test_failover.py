@@ -16,11 +16,11 @@ import signal
 
 import pytest
 
-from events.subjects import FACTS_STREAM, fact_subject
-from services.bus import AppendRefused, FactAppender
-from services.client import Bus
-from services.embedded import EmbeddedServer
-from services.scheduler.log import ALL_FACTS
+from quotasched.events.subjects import FACTS_STREAM, fact_subject
+from quotasched.services.bus import AppendRefused, FactAppender
+from quotasched.services.client import Bus
+from quotasched.services.embedded import EmbeddedServer
+from quotasched.services.scheduler.log import ALL_FACTS
 from tests.integration.helpers import (
     NO_TICKS,
     api_ready,

@@ -13,9 +13,9 @@ import json
 
 import pytest
 
-from events.subjects import COMMANDS_STREAM, command_subject
-from services.bus import last_sequence
-from services.client import Bus
+from quotasched.events.subjects import COMMANDS_STREAM, command_subject
+from quotasched.services.bus import last_sequence
+from quotasched.services.client import Bus
 from tests.integration.helpers import (
     NOTEBOOK,
     api_ready,

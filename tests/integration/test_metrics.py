@@ -13,11 +13,11 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from events.codec import decode_fact
-from services.client import Bus
-from services.metrics import share_figures
-from services.scheduler.core import State, evolve
-from services.scheduler.log import ALL_FACTS, read_log
+from quotasched.events.codec import decode_fact
+from quotasched.services.client import Bus
+from quotasched.services.metrics import share_figures
+from quotasched.services.scheduler.core import State, evolve
+from quotasched.services.scheduler.log import ALL_FACTS, read_log
 from tests.integration.helpers import (
     NO_TICKS,
     describe_process,

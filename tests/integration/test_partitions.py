@@ -18,11 +18,11 @@ import subprocess
 
 import pytest
 
-from events.subjects import COMMANDS_STREAM
-from services.client import Bus
-from services.scheduler.log import read_commands
-from services.scheduler.partition import Partition
-from services.scheduler.routing import decide_partition
+from quotasched.events.subjects import COMMANDS_STREAM
+from quotasched.services.client import Bus
+from quotasched.services.scheduler.log import read_commands
+from quotasched.services.scheduler.partition import Partition
+from quotasched.services.scheduler.routing import decide_partition
 from tests.integration.conftest import QUOTASCHED
 from tests.integration.helpers import (
     G5,

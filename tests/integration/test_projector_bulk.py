@@ -11,11 +11,11 @@ import json
 
 import pytest
 
-from events.subjects import FACTS_STREAM, fact_subject
-from services.bus import ensure_streams
-from services.client import Bus
-from services.projector.client import ProjectorError, request, wait_for_position
-from services.settings import Settings
+from quotasched.events.subjects import FACTS_STREAM, fact_subject
+from quotasched.services.bus import ensure_streams
+from quotasched.services.client import Bus
+from quotasched.services.projector.client import ProjectorError, request, wait_for_position
+from quotasched.services.settings import Settings
 from tests.integration.helpers import (
     describe_process,
     eventually,
@@ -150,8 +150,8 @@ async def test_a_fact_it_cannot_apply_in_a_bulk_backlog_stops_it_right_before_it
 async def test_a_backlog_that_cannot_be_spooled_is_caught_up_batch_by_batch(
         nats_server, tmp_path, monkeypatch):  # fmt: skip
     """In process, to fill the disk on purpose: the bulk phase gives up, nothing is lost."""
-    from projections import rebuild
-    from services.projector.service import Projector, ProjectorOptions
+    from quotasched.projections import rebuild
+    from quotasched.services.projector.service import Projector, ProjectorOptions
 
     tried = []
 

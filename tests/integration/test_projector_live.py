@@ -18,17 +18,17 @@ from pathlib import Path
 
 import pytest
 
-import projections
-from events.codec import encode
-from events.subjects import FACTS_STREAM, fact_subject
-from services.bus import ensure_streams
-from services.client import Bus
-from services.projector import APPLIED_SUBJECT
-from services.projector.client import ProjectorError, request, wait_for_position
-from services.replay import replay_lines
-from services.scheduler.core import State
-from services.scheduler.log import ALL_FACTS, read_log
-from services.settings import Settings
+from quotasched import projections
+from quotasched.events.codec import encode
+from quotasched.events.subjects import FACTS_STREAM, fact_subject
+from quotasched.services.bus import ensure_streams
+from quotasched.services.client import Bus
+from quotasched.services.projector import APPLIED_SUBJECT
+from quotasched.services.projector.client import ProjectorError, request, wait_for_position
+from quotasched.services.replay import replay_lines
+from quotasched.services.scheduler.core import State
+from quotasched.services.scheduler.log import ALL_FACTS, read_log
+from quotasched.services.settings import Settings
 from tests.integration.helpers import (
     NO_TICKS,
     NOTEBOOK,
@@ -334,8 +334,8 @@ async def test_a_lost_delivery_is_read_again_and_a_deleted_fact_is_passed_over(
     """In process, to lose a message on purpose: a fact that never reaches the projector but
     is in the stream makes it read again from its position; a fact deleted from the stream
     (as an operator might, or max_age) is passed over, as a rebuild from the stream does."""
-    from services.projector.service import Projector, ProjectorOptions
-    from services.scheduler.log import stream_seq
+    from quotasched.services.projector.service import Projector, ProjectorOptions
+    from quotasched.services.scheduler.log import stream_seq
     from tests.integration.helpers import offline_facts
 
     payloads = [json.dumps(fact).encode() for fact in

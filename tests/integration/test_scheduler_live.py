@@ -17,16 +17,16 @@ import json
 
 import pytest
 
-from events.codec import decode_fact
-from events.subjects import COMMANDS_STREAM, SNAPSHOTS_BUCKET
-from services.bus import ensure_streams
-from services.client import Bus
-from services.replay import replay_lines
-from services.scheduler.core import State, evolve
-from services.scheduler.core.views import canonical_state
-from services.scheduler.log import load_snapshot, recover
-from services.scheduler.partition import Partition
-from services.settings import Settings
+from quotasched.events.codec import decode_fact
+from quotasched.events.subjects import COMMANDS_STREAM, SNAPSHOTS_BUCKET
+from quotasched.services.bus import ensure_streams
+from quotasched.services.client import Bus
+from quotasched.services.replay import replay_lines
+from quotasched.services.scheduler.core import State, evolve
+from quotasched.services.scheduler.core.views import canonical_state
+from quotasched.services.scheduler.log import load_snapshot, recover
+from quotasched.services.scheduler.partition import Partition
+from quotasched.services.settings import Settings
 from tests.integration.helpers import (
     NO_TICKS,
     NOTEBOOK,

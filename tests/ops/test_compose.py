@@ -22,8 +22,8 @@ import pytest
 import typer.main
 import yaml
 
-from services.cli.main import app
-from services.settings import Settings, StreamOptions
+from quotasched.services.cli.main import app
+from quotasched.services.settings import Settings, StreamOptions
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = json.loads((Path(__file__).parent / "compose-spec.json").read_text())
@@ -213,8 +213,8 @@ def test_the_dockerfile_provides_what_the_services_run():
                     f"COPY {source} is excluded by .dockerignore"
     packages = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
     copied = {arguments.split()[0] for instruction, arguments in steps if instruction == "COPY"}
-    for package in packages["packages"]["find"]["include"]:
-        assert package.rstrip("*") in copied, f"package {package} is not copied into the image"
+    for package, folder in packages["package-dir"].items():  # quotasched.services: services ...
+        assert folder in copied, f"{folder} ({package}) is not copied into the image"
     runs = " ".join(arguments for instruction, arguments in steps if instruction == "RUN")
     for name, service in built(compose()["services"]).items():
         for volume in service.get("volumes") or []:
@@ -276,7 +276,7 @@ def test_the_auth_override_is_valid_and_extends_services_that_exist(monkeypatch)
 def test_the_auth_override_uses_the_files_auth_generate_writes(tmp_path):
     """Each service presents its own role's credentials, and `quotasched auth generate`
     writes exactly the files the override mounts and reads."""
-    from services.auth import roles, shares_of, write
+    from quotasched.services.auth import roles, shares_of, write
 
     out = tmp_path / "nats-auth"
     written = {path.relative_to(tmp_path).as_posix()

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from services import config_as_code as cac
-from services.auth import read_credentials
-from services.embedded import EmbeddedServer
+from quotasched.services import config_as_code as cac
+from quotasched.services.auth import read_credentials
+from quotasched.services.embedded import EmbeddedServer
 from tests.integration.conftest import wait_until
 from tests.integration.test_cli_live import wait_for_scheduler
 

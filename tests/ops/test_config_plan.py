@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from events.codec import encode
-from services import config_as_code as cac
-from services.scheduler import api
+from quotasched.events.codec import encode
+from quotasched.services import config_as_code as cac
+from quotasched.services.scheduler import api
 from tests.builders import Cluster
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "shares.yaml"

@@ -8,10 +8,10 @@ import random
 from pathlib import Path
 from typing import Any
 
-from events.codec import encode
-from projections import store
-from services.replay import replay_lines
-from services.scheduler.core import State, step_raw
+from quotasched.events.codec import encode
+from quotasched.projections import store
+from quotasched.services.replay import replay_lines
+from quotasched.services.scheduler.core import State, step_raw
 
 G5 = "ml.g5.xlarge"
 P4 = "ml.p4d.24xlarge"

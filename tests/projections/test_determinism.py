@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-from projections import queries, rebuild, store
+from quotasched.projections import queries, rebuild, store
 from tests.projections.helpers import (
     example_facts,
     facts_of,
@@ -109,7 +109,7 @@ def _killing_projector() -> str:
     `crash_after` facts, once that batch's first rows are written: a kill -9 mid-batch."""
     return textwrap.dedent("""
         import os, sys
-        from projections import store
+        from quotasched.projections import store
         path, facts_path, crash_after = sys.argv[1], sys.argv[2], int(sys.argv[3])
         numbered = list(enumerate(open(facts_path).read().splitlines(), start=1))
         projection = store.open(path)

@@ -22,7 +22,7 @@ import json
 
 import pytest
 
-from events.values import PreemptionOutcome, StatusCause
+from quotasched.events.values import PreemptionOutcome, StatusCause
 from tests.projections.helpers import (
     G5,
     command,

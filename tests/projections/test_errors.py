@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from projections import queries, store
-from projections.store import FactNotApplicable, ProjectionError
+from quotasched.projections import queries, store
+from quotasched.projections.store import FactNotApplicable, ProjectionError
 from tests.projections.helpers import example_facts, project
 
 NOTEBOOK = example_facts("notebook.jsonl")  # 17 facts; seq 8 is high's JobDispatched
@@ -113,7 +113,7 @@ def test_facts_out_of_order_are_refused_before_anything_is_written(projection):
 
 
 def test_a_refused_rebuild_names_the_line_and_keeps_the_old_file(tmp_path):
-    from projections.rebuild import rebuild_from_file
+    from quotasched.projections.rebuild import rebuild_from_file
 
     target = tmp_path / "p.duckdb"
     facts = tmp_path / "facts.jsonl"

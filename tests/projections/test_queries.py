@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from events.codec import encode
-from projections import queries, rebuild, store
-from services.replay import replay_lines
-from services.scheduler import api
-from services.scheduler.core import State
+from quotasched.events.codec import encode
+from quotasched.projections import queries, rebuild, store
+from quotasched.services.replay import replay_lines
+from quotasched.services.scheduler import api
+from quotasched.services.scheduler.core import State
 from tests.projections.helpers import EXAMPLES, project, random_workload, write_facts
 
 QUOTASCHED = str(Path(sys.executable).parent / "quotasched")
@@ -202,9 +202,9 @@ def test_a_read_while_the_projector_holds_the_file_says_so(database):
 async def test_a_rebuild_from_the_stream_equals_a_rebuild_from_the_file(nats_server, tmp_path):
     import nats
 
-    from events.subjects import fact_subject
-    from services.bus import ensure_streams
-    from services.settings import Settings
+    from quotasched.events.subjects import fact_subject
+    from quotasched.services.bus import ensure_streams
+    from quotasched.services.settings import Settings
 
     _, facts = replayed("random-1")
     nc = await nats.connect(nats_server.url)

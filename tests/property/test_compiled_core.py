@@ -1,6 +1,6 @@
 """The compiled decision core decides exactly what the interpreted one does.
 
-`python -m services.native build` compiles the core with mypyc (`make test` and `make demo`
+`python -m quotasched.services.native build` compiles the core with mypyc (`make test` and `make demo`
 build it when the machine has a C compiler), and the rest of the suite then runs against the
 compiled modules.  These tests hold the two together: the same command files (every example
 and seeded random ones from `conftest.py`) give byte-identical facts and final states in a
@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from services import native
-from services.scheduler import core
+from quotasched.services import native
+from quotasched.services.scheduler import core
 from tests.property.conftest import random_command_lines
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,9 +34,9 @@ needs_build = pytest.mark.skipif(
 # Replays every file named on the command line; prints {file: sha256 of facts + final state}.
 _DIGESTS = """
 import hashlib, json, sys
-from events.codec import encode_bytes
-from services.replay import replay_lines
-from services.scheduler.core import COMPILED, State, state_document
+from quotasched.events.codec import encode_bytes
+from quotasched.services.replay import replay_lines
+from quotasched.services.scheduler.core import COMPILED, State, state_document
 out = {"compiled": COMPILED}
 for path in sys.argv[1:]:
     state, digest = State(), hashlib.sha256()
@@ -53,9 +53,9 @@ print(json.dumps(out))
 # the canonical state before it and the facts it gave.
 _SNAPSHOT = """
 import json, pickle, sys
-from events.codec import encode
-from services.scheduler.core import COMPILED, State, step_raw
-from services.scheduler.core.views import canonical_state
+from quotasched.events.codec import encode
+from quotasched.services.scheduler.core import COMPILED, State, step_raw
+from quotasched.services.scheduler.core.views import canonical_state
 path, snapshot, action = sys.argv[1:]
 lines = open(path).read().splitlines()
 half = len(lines) // 2
@@ -138,7 +138,7 @@ def test_the_core_loads_a_build_only_of_exactly_its_sources(tmp_path, monkeypatc
     monkeypatch.delenv(native.PURE_ENV, raising=False)
     monkeypatch.setattr(native, "DIRECTORY", tmp_path)
     monkeypatch.setattr(native, "STAMP", tmp_path / "SOURCES")
-    assert native.state() == (False, "not built (python -m services.native build)")
+    assert native.state() == (False, "not built (python -m quotasched.services.native build)")
     (tmp_path / "SOURCES").write_text("0" * 64 + "\n")
     assert native.state()[0] is False and "other sources" in native.state()[1]
     (tmp_path / "SOURCES").write_text(native.source_digest() + "\n")
@@ -174,8 +174,8 @@ def test_the_digest_covers_every_core_module_and_the_message_types(tmp_path, mon
 def test_the_loaded_modules_are_the_ones_the_package_says() -> None:
     suffix = ".so" if core.COMPILED else ".py"
     for name in ("decision", "evolve", "passes", "state", "entities"):
-        module = sys.modules.get(f"services.scheduler.core.{name}") or __import__(
-            f"services.scheduler.core.{name}", fromlist=["_"]
+        module = sys.modules.get(f"quotasched.services.scheduler.core.{name}") or __import__(
+            f"quotasched.services.scheduler.core.{name}", fromlist=["_"]
         )
         assert module.__file__.endswith(suffix), (name, module.__file__)
     assert core.COMPILED == native.state()[0]

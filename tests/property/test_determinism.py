@@ -22,10 +22,10 @@ from pathlib import Path
 
 import pytest
 
-from events.codec import DecodeError, decode_command, encode
-from services.replay import replay_lines
-from services.scheduler.core import State, catch_up_clock, decide, fold, step, step_raw
-from services.scheduler.core.views import canonical_state
+from quotasched.events.codec import DecodeError, decode_command, encode
+from quotasched.services.replay import replay_lines
+from quotasched.services.scheduler.core import State, catch_up_clock, decide, fold, step, step_raw
+from quotasched.services.scheduler.core.views import canonical_state
 from tests.property.conftest import random_command_lines
 
 MAIN = Path(__file__).resolve().parents[2]

@@ -75,10 +75,10 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from events import facts as F
-from events.codec import decode_command, encode
-from services.scheduler.core import State, catch_up_clock, decide, fold, step
-from services.scheduler.core.views import canonical_state, state_document
+from quotasched.events import facts as F
+from quotasched.events.codec import decode_command, encode
+from quotasched.services.scheduler.core import State, catch_up_clock, decide, fold, step
+from quotasched.services.scheduler.core.views import canonical_state, state_document
 from tests.builders import Cluster
 from tests.checker import IndependentChecker
 from tests.property.conftest import REASONS, REPORTS, STRANGER, UNITS

@@ -22,7 +22,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from events.subjects import command_subject
+from quotasched.events.subjects import command_subject
 
 G5 = "ml.g5.xlarge"
 QUEUES = ("q", "nope", "ünï")

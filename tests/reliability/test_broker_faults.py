@@ -17,10 +17,10 @@ import random
 
 import pytest
 
-from services.bus import ensure_streams
-from services.client import Bus
-from services.embedded import EmbeddedServer, free_port
-from services.settings import Settings, StreamOptions
+from quotasched.services.bus import ensure_streams
+from quotasched.services.client import Bus
+from quotasched.services.embedded import EmbeddedServer, free_port
+from quotasched.services.settings import Settings, StreamOptions
 from tests.integration.helpers import (
     NO_TICKS,
     assert_decided_once,

@@ -21,9 +21,9 @@ from collections import Counter
 
 import pytest
 
-from events.subjects import COMMANDS_STREAM
-from services.client import Bus
-from services.projector.client import request, wait_for_position
+from quotasched.events.subjects import COMMANDS_STREAM
+from quotasched.services.client import Bus
+from quotasched.services.projector.client import request, wait_for_position
 from tests.integration.helpers import (
     NO_TICKS,
     assert_decided_once,

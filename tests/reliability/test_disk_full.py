@@ -27,9 +27,9 @@ import pytest
 from nats.js.api import StreamConfig
 from nats.js.errors import APIError
 
-from services.client import Bus
-from services.embedded import EmbeddedServer, free_port
-from services.storage_watch import StorageWatch
+from quotasched.services.client import Bus
+from quotasched.services.embedded import EmbeddedServer, free_port
+from quotasched.services.storage_watch import StorageWatch
 from tests.integration.helpers import (
     NO_TICKS,
     assert_decided_once,

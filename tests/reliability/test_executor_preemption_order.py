@@ -32,8 +32,8 @@ import textwrap
 
 import pytest
 
-from events.subjects import COMMANDS_STREAM
-from services.client import Bus
+from quotasched.events.subjects import COMMANDS_STREAM
+from quotasched.services.client import Bus
 from tests.integration.helpers import eventually, publish_items, read_facts, setup_commands
 from tests.integration.test_failover import wait_leading
 from tests.reliability.support import read_stream
@@ -97,7 +97,7 @@ def recorded_simulated(events: list[Event]) -> type:
     """The simulated executor with its steps appended to `events`: each attempt's start
     (`execute` begins) and stop (`execute` ends, or `interrupt` has finished), and every
     report it publishes; its `interrupt` takes STOP_S, as a real backend's stop does."""
-    from services.executors.simulated import SimulatedExecutor
+    from quotasched.services.executors.simulated import SimulatedExecutor
 
     class Recorded(SimulatedExecutor):
         def __init__(self, publish, **options):
@@ -226,8 +226,8 @@ async def test_simulated_executor_starts_the_preemptor_after_its_victims_stopped
     stops instantly, which would hide an executor that does not wait."""
     from faststream.nats import NatsBroker
 
-    from services.auth import broker_options
-    from services.executors import app as executor_app
+    from quotasched.services.auth import broker_options
+    from quotasched.services.executors import app as executor_app
 
     events: list[Event] = []
     Recorded = recorded_simulated(events)

@@ -17,9 +17,9 @@ import signal
 
 import pytest
 
-from services.client import Bus
-from services.executors.base import LOST, SHUT_DOWN
-from services.executors.ledger import Entry, Ledger, process_alive
+from quotasched.services.client import Bus
+from quotasched.services.executors.base import LOST, SHUT_DOWN
+from quotasched.services.executors.ledger import Entry, Ledger, process_alive
 from tests.integration.helpers import eventually, publish_items, read_facts, setup_commands
 from tests.integration.test_failover import wait_leading
 

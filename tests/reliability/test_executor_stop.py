@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 
-from services.executors.simulated import SimulatedExecutor
+from quotasched.services.executors.simulated import SimulatedExecutor
 
 
 def dispatched(job_id: str, attempt: int = 1) -> dict:

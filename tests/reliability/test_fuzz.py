@@ -14,8 +14,8 @@ import subprocess
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from services.scheduler.core import State, step_raw
-from services.scheduler.core.invariants import check_state
+from quotasched.services.scheduler.core import State, step_raw
+from quotasched.services.scheduler.core.invariants import check_state
 from tests.integration.conftest import QUOTASCHED
 from tests.reliability.hostile import hostile_message, setup_messages
 

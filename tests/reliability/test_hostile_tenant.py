@@ -31,8 +31,8 @@ import nats
 import pytest
 from nats.js.api import AckPolicy, ConsumerConfig
 
-from events.codec import decode_command
-from events.subjects import COMMANDS_STREAM, FACTS_STREAM, command_subject, subject_for_command
+from quotasched.events.codec import decode_command
+from quotasched.events.subjects import COMMANDS_STREAM, FACTS_STREAM, command_subject, subject_for_command
 from tests.integration.conftest import QUOTASCHED
 from tests.integration.helpers import (
     NO_TICKS,

@@ -18,9 +18,9 @@ import pytest
 from nats.js.api import DeliverPolicy
 from nats.js.errors import NotFoundError
 
-from events.subjects import COMMANDS_STREAM, FACTS_STREAM
-from services.client import Bus
-from services.client_commands import ClientError
+from quotasched.events.subjects import COMMANDS_STREAM, FACTS_STREAM
+from quotasched.services.client import Bus
+from quotasched.services.client_commands import ClientError
 from tests.integration.helpers import eventually, publish_items, setup_commands
 from tests.integration.test_failover import wait_leading
 

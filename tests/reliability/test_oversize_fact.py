@@ -15,10 +15,10 @@ import json
 
 import pytest
 
-from services.audit.live import verify_bus
-from services.client import Bus
-from services.embedded import EmbeddedServer
-from services.scheduler.refusals import LOG_REFUSAL
+from quotasched.services.audit.live import verify_bus
+from quotasched.services.client import Bus
+from quotasched.services.embedded import EmbeddedServer
+from quotasched.services.scheduler.refusals import LOG_REFUSAL
 from tests.integration.helpers import (
     G5,
     NO_TICKS,

@@ -18,9 +18,9 @@ import json
 import nats
 import pytest
 
-from events.subjects import COMMANDS_STREAM, FACTS_STREAM
-from services.auth import CONSUMER_SLOTS, connect_options, read_credentials
-from services.embedded import EmbeddedServer
+from quotasched.events.subjects import COMMANDS_STREAM, FACTS_STREAM
+from quotasched.services.auth import CONSUMER_SLOTS, connect_options, read_credentials
+from quotasched.services.embedded import EmbeddedServer
 from tests.integration.helpers import eventually
 from tests.reliability.test_permissions import generated  # noqa: F401 (the generated config)
 
@@ -156,8 +156,8 @@ def server_and_creds(tmp_path_factory, generated):
 
 async def _create_streams(env: dict[str, str]) -> None:
     """The streams and buckets, as the scheduler makes them at its start."""
-    from services.bus import ensure_streams
-    from services.settings import Settings
+    from quotasched.services.bus import ensure_streams
+    from quotasched.services.settings import Settings
 
     nc = await nats.connect(env["url"], **connect_options(env))
     try:

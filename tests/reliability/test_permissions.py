@@ -21,11 +21,11 @@ import pytest
 from nats.js.api import ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 
-from events.codec import decode_command
-from events.subjects import COMMANDS_STREAM, FACTS_STREAM, command_subject, subject_for_command
-from services.auth import connect_options, read_credentials
-from services.bus import Unreachable, connect
-from services.embedded import EmbeddedServer
+from quotasched.events.codec import decode_command
+from quotasched.events.subjects import COMMANDS_STREAM, FACTS_STREAM, command_subject, subject_for_command
+from quotasched.services.auth import connect_options, read_credentials
+from quotasched.services.bus import Unreachable, connect
+from quotasched.services.embedded import EmbeddedServer
 from tests.integration.conftest import QUOTASCHED
 from tests.integration.helpers import NO_TICKS, NOTEBOOK, ROOT, eventually, wait_decided
 from tests.integration.test_failover import wait_leading

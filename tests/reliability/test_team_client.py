@@ -19,10 +19,10 @@ from unittest import mock
 
 import pytest
 
-from events.subjects import FACTS_STREAM, command_subject
-from services import client_commands
-from services.auth import INBOX_ENV, PASSWORD_ENV, TLS_CA_ENV, USER_ENV, team_consumers
-from services.client import Bus, ClientError
+from quotasched.events.subjects import FACTS_STREAM, command_subject
+from quotasched.services import client_commands
+from quotasched.services.auth import INBOX_ENV, PASSWORD_ENV, TLS_CA_ENV, USER_ENV, team_consumers
+from quotasched.services.client import Bus, ClientError
 from tests.integration.conftest import QUOTASCHED
 from tests.integration.helpers import NO_TICKS, NOTEBOOK, eventually, wait_decided
 from tests.integration.test_failover import wait_leading

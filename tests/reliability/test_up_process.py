@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from services.client import Bus
-from services.embedded import free_port
+from quotasched.services.client import Bus
+from quotasched.services.embedded import free_port
 from tests.integration.conftest import QUOTASCHED, Process
 from tests.integration.helpers import (
     NO_TICKS,

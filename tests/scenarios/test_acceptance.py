@@ -11,9 +11,9 @@ import json
 
 import pytest
 
-from events import facts as F
-from events.codec import DecodeError
-from services.scheduler.core import state_document
+from quotasched.events import facts as F
+from quotasched.events.codec import DecodeError
+from quotasched.services.scheduler.core import state_document
 from tests.builders import (
     G5,
     M5,

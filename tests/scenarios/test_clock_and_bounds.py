@@ -15,13 +15,13 @@ import json
 
 import pytest
 
-from events import facts as F
-from events.base import MAX_INSTANCES, MAX_TIME_S
-from events.codec import DecodeError, decode_command, encode_bytes
-from services.scheduler.core import State, catch_up_clock, fold, step_raw
-from services.scheduler.core.decision import FACT_BYTES_LIMIT, oversize
-from services.scheduler.core.preemption import MAX_VICTIMS
-from services.scheduler.routing import decide_message
+from quotasched.events import facts as F
+from quotasched.events.base import MAX_INSTANCES, MAX_TIME_S
+from quotasched.events.codec import DecodeError, decode_command, encode_bytes
+from quotasched.services.scheduler.core import State, catch_up_clock, fold, step_raw
+from quotasched.services.scheduler.core.decision import FACT_BYTES_LIMIT, oversize
+from quotasched.services.scheduler.core.preemption import MAX_VICTIMS
+from quotasched.services.scheduler.routing import decide_message
 from tests.builders import G5, Cluster, changes_of, dispatch_of, dispatched_ids, of_kind
 
 QUOTA_LIMIT = "MISCONFIGURATION:QUOTA_MANAGEMENT_LIMIT_EXCEEDED"
@@ -158,7 +158,7 @@ def test_ruling15_on_the_bus_the_streams_timestamp_is_the_time_and_at_is_ignored
 
 
 def _subject(line: str) -> str:
-    from events.subjects import subject_for_command
+    from quotasched.events.subjects import subject_for_command
 
     return subject_for_command(decode_command(line))
 

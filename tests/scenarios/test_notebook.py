@@ -1,6 +1,6 @@
 """The official notebook (spec A1-A3) told through the builders."""
 
-from events import facts as F
+from quotasched.events import facts as F
 from tests.builders import Cluster, of_kind
 
 

@@ -7,7 +7,7 @@ Expected values are worked out by hand from the spec; reason strings are quoted 
 
 from __future__ import annotations
 
-from events import facts as F
+from quotasched.events import facts as F
 from tests.builders import (
     G5,
     M5,

@@ -7,8 +7,8 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from services.cli.main import app
-from services.simulate import load_config, read_trace, simulate, summarize
+from quotasched.services.cli.main import app
+from quotasched.services.simulate import load_config, read_trace, simulate, summarize
 
 CONFIG = """\
 name: {name}

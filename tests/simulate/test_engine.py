@@ -7,9 +7,9 @@ from itertools import groupby
 
 import pytest
 
-from events.codec import encode
-from services.scheduler.core.invariants import DecisionAuditor, check_stable, check_state
-from services.simulate import Trace, parse_config, simulate, summarize, synthetic
+from quotasched.events.codec import encode
+from quotasched.services.scheduler.core.invariants import DecisionAuditor, check_stable, check_state
+from quotasched.services.simulate import Trace, parse_config, simulate, summarize, synthetic
 
 G5 = "ml.g5.xlarge"
 

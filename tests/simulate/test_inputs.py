@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from services.simulate import (ConfigError, TraceError, parse_config, read_trace, synthetic,
+from quotasched.services.simulate import (ConfigError, TraceError, parse_config, read_trace, synthetic,
                                write_trace)  # fmt: skip
-from services.simulate.config import load_config
-from services.simulate.cluster import plan
+from quotasched.services.simulate.config import load_config
+from quotasched.services.simulate.cluster import plan
 
 HEADER = "job_id,submit_time_s,duration_s,gpus,team,job_type\n"
 SHARE = {"name": "s", "teams": ["x"], "strategy": "RESERVE", "limit": 2}

@@ -11,15 +11,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from events.codec import decode_command, decode_fact
-from events.commands import COMMAND_KINDS
-from events.subjects import JOB_ID_COMMANDS, parse_command_subject, subject_for_command
-from services import asyncapi
-from services.projector import api as projector_api
-from services.replay import replay_lines
-from services.scheduler import api as scheduler_api
-from services.scheduler.core import State
-from services.scheduler.routing import fact_subject_of
+from quotasched.events.codec import decode_command, decode_fact
+from quotasched.events.commands import COMMAND_KINDS
+from quotasched.events.subjects import JOB_ID_COMMANDS, parse_command_subject, subject_for_command
+from quotasched.services import asyncapi
+from quotasched.services.projector import api as projector_api
+from quotasched.services.replay import replay_lines
+from quotasched.services.scheduler import api as scheduler_api
+from quotasched.services.scheduler.core import State
+from quotasched.services.scheduler.routing import fact_subject_of
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMITTED = ROOT / asyncapi.DOCUMENT

@@ -17,18 +17,18 @@ from pathlib import Path
 
 import pytest
 
-from events.codec import decode_command, decode_fact, encode
-from events.subjects import command_subject, subject_for_command
-from services.audit import CommandRecord, FactRecord, render, verify, verify_files
-from services.explain import WAITING, InconsistentLog, Story, explain, why_waiting
-from services.replay import replay_lines
-from services.scheduler.core import State
-from services.scheduler.core.admission import (
+from quotasched.events.codec import decode_command, decode_fact, encode
+from quotasched.events.subjects import command_subject, subject_for_command
+from quotasched.services.audit import CommandRecord, FactRecord, render, verify, verify_files
+from quotasched.services.explain import WAITING, InconsistentLog, Story, explain, why_waiting
+from quotasched.services.replay import replay_lines
+from quotasched.services.scheduler.core import State
+from quotasched.services.scheduler.core.admission import (
     BORROWABLE_EXCEEDED,
     LIMIT_AND_BORROW_EXCEEDED,
     SE_MAX_RESOURCE,
 )
-from services.scheduler.routing import decide_message
+from quotasched.services.scheduler.routing import decide_message
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -429,8 +429,8 @@ def test_bus_reader_holds_back_a_command_still_being_appended(monkeypatch):
     import queue as queue_module
     from types import SimpleNamespace
 
-    import services.scheduler.log as log_module
-    from services.audit import BusReader
+    import quotasched.services.scheduler.log as log_module
+    from quotasched.services.audit import BusReader
 
     texts = (GOLDEN / "notebook.facts.jsonl").read_text().splitlines()[:13]  # command 10: 2 of 3
     counts: dict[int, int] = {}

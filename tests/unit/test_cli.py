@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from events.codec import decode_fact
-from events.commands import COMMAND_KINDS
+from quotasched.events.codec import decode_fact
+from quotasched.events.commands import COMMAND_KINDS
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOK = ROOT / "examples" / "notebook.jsonl"

@@ -10,13 +10,13 @@ import pytest
 import typer.main
 from typer.core import TyperGroup
 
-from events.commands import COMMAND_KINDS
-from services import asyncapi
-from services.cli import aws
-from services.cli.main import app
-from services.projector import api as projector_api
-from services.scheduler import api as scheduler_api
-from services.settings import Settings, StreamOptions
+from quotasched.events.commands import COMMAND_KINDS
+from quotasched.services import asyncapi
+from quotasched.services.cli import aws
+from quotasched.services.cli.main import app
+from quotasched.services.projector import api as projector_api
+from quotasched.services.scheduler import api as scheduler_api
+from quotasched.services.settings import Settings, StreamOptions
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
@@ -101,6 +101,9 @@ def _check_command(shown: str) -> None:
     tokens = shlex.split(shown)[1:]
     command = CLI
     path = ["quotasched"]
+    app_options = {opt for param in CLI.params for opt in (*param.opts, *param.secondary_opts)}
+    if tokens and all(token in app_options for token in tokens):
+        return  # the app's own options: `quotasched --version`, `--install-completion`
     while isinstance(command, TyperGroup) and tokens and tokens[0] in command.commands:
         path.append(tokens[0])
         command = command.commands[tokens.pop(0)]

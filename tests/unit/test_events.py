@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from events import commands as C
-from events import facts as F
-from events import values as V
-from events.codec import DecodeError, command_schema, decode_command, decode_fact, encode, fact_schema
+from quotasched.events import commands as C
+from quotasched.events import facts as F
+from quotasched.events import values as V
+from quotasched.events.codec import DecodeError, command_schema, decode_command, decode_fact, encode, fact_schema
 
 G5 = "ml.g5.xlarge"
 P4 = "ml.p4d.24xlarge"
@@ -632,7 +632,7 @@ def test_service_request_payload_defines_the_need(payload, need):
 
 
 def test_the_core_records_the_payload_need_as_capacity_usage():
-    from services.replay import replay_lines
+    from quotasched.services.replay import replay_lines
 
     lines = [json.dumps(VALID[kind]) for kind in
              ("CreateServiceEnvironment", "CreateSchedulingPolicy", "CreateJobQueue", "CreateQuotaShare")]

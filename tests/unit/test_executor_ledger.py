@@ -10,10 +10,10 @@ import subprocess
 
 import pytest
 
-from services.executors.base import LOST, SHUT_DOWN
-from services.executors.ledger import Entry, Ledger, LedgerError, process_alive, process_started
-from services.executors.process import ProcessExecutor
-from services.executors.simulated import SimulatedExecutor
+from quotasched.services.executors.base import LOST, SHUT_DOWN
+from quotasched.services.executors.ledger import Entry, Ledger, LedgerError, process_alive, process_started
+from quotasched.services.executors.process import ProcessExecutor
+from quotasched.services.executors.simulated import SimulatedExecutor
 
 
 def dispatched(job_id: str, attempt: int = 1) -> dict:

@@ -14,9 +14,9 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from events import facts as F
-from events.codec import decode_command, decode_fact, encode, encode_bytes
-from events.values import CapacityUsage
+from quotasched.events import facts as F
+from quotasched.events.codec import decode_command, decode_fact, encode, encode_bytes
+from quotasched.events.values import CapacityUsage
 
 names = st.from_regex(r"[A-Za-z0-9_-]{1,20}", fullmatch=True)
 texts = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=30)

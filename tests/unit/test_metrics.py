@@ -10,11 +10,11 @@ from collections import Counter
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from events import facts as F
-from events.codec import encode_bytes
-from events.subjects import fact_subject
-from events.values import JobStatus
-from services.metrics import (
+from quotasched.events import facts as F
+from quotasched.events.codec import encode_bytes
+from quotasched.events.subjects import fact_subject
+from quotasched.events.values import JobStatus
+from quotasched.services.metrics import (
     Histogram,
     MetricsEndpoint,
     _REASON_OUTCOME,

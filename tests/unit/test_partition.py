@@ -7,14 +7,14 @@ import json
 
 import pytest
 
-from events.codec import decode_command
-from events.subjects import parse_command_subject, subject_for_command
-from services.client_reads import merge as _merge
-from services.client_reads import queue_of as _queue_of
-from services.scheduler.api import answer_in
-from services.scheduler.core import State
-from services.scheduler.partition import Partition, partition_mode
-from services.scheduler.routing import decide_message, fact_subject_of
+from quotasched.events.codec import decode_command
+from quotasched.events.subjects import parse_command_subject, subject_for_command
+from quotasched.services.client_reads import merge as _merge
+from quotasched.services.client_reads import queue_of as _queue_of
+from quotasched.services.scheduler.api import answer_in
+from quotasched.services.scheduler.core import State
+from quotasched.services.scheduler.partition import Partition, partition_mode
+from quotasched.services.scheduler.routing import decide_message, fact_subject_of
 
 G5 = "ml.g5.xlarge"
 SINGLE, FLEET, QA, QB = Partition.single(), Partition.fleet(), Partition.for_queue("qa"), Partition.for_queue("qb")
@@ -153,7 +153,7 @@ def test_the_client_merges_the_answers_of_several_queues():
 
 
 def test_a_process_hands_over_only_to_even_out_by_two_and_not_too_often():
-    from services.scheduler.members import Member, Members
+    from quotasched.services.scheduler.members import Member, Members
 
     members = Members(["fleet", "queue-qa", "queue-qb"], ttl_s=6.0)
     members.leading = {"fleet", "queue-qa", "queue-qb"}

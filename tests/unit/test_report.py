@@ -20,12 +20,12 @@ import duckdb
 import pytest
 from typer.testing import CliRunner
 
-from events.codec import encode
-from projections.rebuild import rebuild_from_file
-from services import report as report_module
-from services.cli.main import app
-from services.replay import replay_lines
-from services.report import Piece, ReportError, ShareAt, Step, attribute, write_report
+from quotasched.events.codec import encode
+from quotasched.projections.rebuild import rebuild_from_file
+from quotasched.services import report as report_module
+from quotasched.services.cli.main import app
+from quotasched.services.replay import replay_lines
+from quotasched.services.report import Piece, ReportError, ShareAt, Step, attribute, write_report
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.cli.shorthand import (
+from quotasched.services.cli.shorthand import (
     SHAPES,
     ShorthandError,
     expand_multi_value_args,

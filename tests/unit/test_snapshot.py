@@ -6,10 +6,10 @@ import pickle
 import zlib
 from pathlib import Path
 
-from services.replay import replay_lines
-from services.scheduler.core import State
-from services.scheduler.core.views import canonical_state
-from services.scheduler.log import SNAPSHOT_VERSION, Recovered, capture_snapshot, encode_snapshot
+from quotasched.services.replay import replay_lines
+from quotasched.services.scheduler.core import State
+from quotasched.services.scheduler.core.views import canonical_state
+from quotasched.services.scheduler.log import SNAPSHOT_VERSION, Recovered, capture_snapshot, encode_snapshot
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -52,8 +52,8 @@ def test_the_captured_bytes_are_the_compressed_pickle_of_the_state():
 def test_a_job_snapshot_lists_every_field_in_job_fields_order():
     """Job.snapshot/restore and pickling name the fields one by one (the compiled core keeps
     them native); JOB_FIELDS, which views.py reads them by, must list them in that order."""
-    from events.values import JobStatus
-    from services.scheduler.core.entities import JOB_FIELDS, Job
+    from quotasched.events.values import JobStatus
+    from quotasched.services.scheduler.core.entities import JOB_FIELDS, Job
 
     values = {  # a different value for every field, each of the field's type
         "job_id": "j1", "job_name": "n2", "queue": "q3", "share": "s4", "priority": 5, "seq": 6,

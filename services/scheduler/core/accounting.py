@@ -27,8 +27,8 @@ live check is a Scratch with nothing removed.
 
 from __future__ import annotations
 
-from services.scheduler.core.entities import Environment, Job, Need, Queue, Share
-from services.scheduler.core.state import State
+from quotasched.services.scheduler.core.entities import Environment, Job, Need, Queue, Share
+from quotasched.services.scheduler.core.state import State
 
 
 def contribution(share: Share, unit: str, used: int) -> tuple[int, int]:

@@ -8,8 +8,8 @@ before the share (spec A9: when both fail, the SE reason wins).
 
 from __future__ import annotations
 
-from events.values import BlockedReason
-from services.scheduler.core.entities import Environment, Need, Queue, Share
+from quotasched.events.values import BlockedReason
+from quotasched.services.scheduler.core.entities import Environment, Need, Queue, Share
 
 SE_MAX_RESOURCE = (
     "MISCONFIGURATION:SERVICE_ENVIRONMENT_MAX_RESOURCE - Service environment(s) associated with "

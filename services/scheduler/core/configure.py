@@ -10,16 +10,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from events import commands as C
-from events import facts as F
-from events.values import (
+from quotasched.events import commands as C
+from quotasched.events import facts as F
+from quotasched.events.values import (
     JobStatus,
     ResourceSharingConfiguration,
     SharingStrategy,
     State as OnOff,
     StatusCause,
 )
-from services.scheduler.core.round import Rejected, Round, fact_base, handles
+from quotasched.services.scheduler.core.round import Rejected, Round, fact_base, handles
 
 MAX_ENVIRONMENTS = 50
 MAX_QUEUES = 50

@@ -28,15 +28,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from events import commands as C
-from events import facts as F
-from events.codec import DecodeError, decode_command, encode_bytes
-from services.scheduler.core import configure, jobs  # noqa: F401 (they register the handlers)
-from services.scheduler.core.evolve import evolve
-from services.scheduler.core.passes import schedule
-from services.scheduler.core.round import HANDLERS, Rejected, Round
-from services.scheduler.core.state import State
-from services.scheduler.core.timers import fire_due
+from quotasched.events import commands as C
+from quotasched.events import facts as F
+from quotasched.events.codec import DecodeError, decode_command, encode_bytes
+from quotasched.services.scheduler.core import configure, jobs  # noqa: F401 (they register the handlers)
+from quotasched.services.scheduler.core.evolve import evolve
+from quotasched.services.scheduler.core.passes import schedule
+from quotasched.services.scheduler.core.round import HANDLERS, Rejected, Round
+from quotasched.services.scheduler.core.state import State
+from quotasched.services.scheduler.core.timers import fire_due
 
 
 FACT_BYTES_LIMIT = 1024 * 1024 - 4 * 1024

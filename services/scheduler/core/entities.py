@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from events.values import JobStatus, SharingStrategy, State as OnOff
+from quotasched.events.values import JobStatus, SharingStrategy, State as OnOff
 
 Need = tuple[tuple[str, int], ...]
 HeapEntry = tuple[int, int, str]  # (-priority, acceptance seq, job id): heap order = dispatch order

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from events import facts as F
-from events.values import JobStatus, PreemptionOutcome, StatusCause
-from services.scheduler.core.accounting import add_usage, recompute_totals
-from services.scheduler.core.entities import Environment, Job, Queue, Share
-from services.scheduler.core.state import State
+from quotasched.events import facts as F
+from quotasched.events.values import JobStatus, PreemptionOutcome, StatusCause
+from quotasched.services.scheduler.core.accounting import add_usage, recompute_totals
+from quotasched.services.scheduler.core.entities import Environment, Job, Queue, Share
+from quotasched.services.scheduler.core.state import State
 
 _CASES: dict[type, Callable[[State, F.Fact], None]] = {}
 

@@ -15,13 +15,13 @@ share of every queue finds nothing more to dispatch.
 
 from __future__ import annotations
 
-from events import facts as F
-from events.values import JobStatus, PreemptionOutcome, PreemptionReason
-from services.scheduler.core.accounting import contribution
-from services.scheduler.core.evolve import evolve
-from services.scheduler.core.passes import schedule
-from services.scheduler.core.round import Round
-from services.scheduler.core.state import State
+from quotasched.events import facts as F
+from quotasched.events.values import JobStatus, PreemptionOutcome, PreemptionReason
+from quotasched.services.scheduler.core.accounting import contribution
+from quotasched.services.scheduler.core.evolve import evolve
+from quotasched.services.scheduler.core.passes import schedule
+from quotasched.services.scheduler.core.round import Round
+from quotasched.services.scheduler.core.state import State
 
 
 def check_state(state: State) -> list[str]:

@@ -11,15 +11,15 @@ from __future__ import annotations
 
 import uuid
 
-from events import commands as C
-from events import facts as F
-from events.values import CapacityUsage, JobStatus, ReportedStatus, StatusCause
-from events.values import State as OnOff
-from services.scheduler.core.admission import CAPACITY_BOUNCED
-from services.scheduler.core.configure import existing_share
-from services.scheduler.core.round import Rejected, Round, fact_base, handles
-from services.scheduler.core.state import State
-from services.scheduler.core.timers import attempt_ended
+from quotasched.events import commands as C
+from quotasched.events import facts as F
+from quotasched.events.values import CapacityUsage, JobStatus, ReportedStatus, StatusCause
+from quotasched.events.values import State as OnOff
+from quotasched.services.scheduler.core.admission import CAPACITY_BOUNCED
+from quotasched.services.scheduler.core.configure import existing_share
+from quotasched.services.scheduler.core.round import Rejected, Round, fact_base, handles
+from quotasched.services.scheduler.core.state import State
+from quotasched.services.scheduler.core.timers import attempt_ended
 
 JOB_ID_NAMESPACE = uuid.UUID("6f1c2a4e-5b7d-4c1e-9a8f-3d2b1e0c9f7a")
 

@@ -12,7 +12,7 @@ sorts exactly as the original run did.
 
 from __future__ import annotations
 
-from services.scheduler.core.entities import Job, Share
+from quotasched.services.scheduler.core.entities import Job, Share
 
 
 def share_order(share: Share, head: Job) -> tuple:

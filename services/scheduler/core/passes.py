@@ -18,8 +18,8 @@ would find nothing more.
 
 from __future__ import annotations
 
-from events import facts as F
-from events.values import (
+from quotasched.events import facts as F
+from quotasched.events.values import (
     BlockedReason,
     CapacityUsage,
     JobStatus,
@@ -27,22 +27,22 @@ from events.values import (
     PreemptionReason,
     StatusCause,
 )
-from events.values import State as OnOff
-from services.scheduler.core.accounting import (
+from quotasched.events.values import State as OnOff
+from quotasched.services.scheduler.core.accounting import (
     Scratch,
     borrow_refused,
     borrowed_by,
     within_own_limit,
 )
-from services.scheduler.core.admission import blocked_reason
-from services.scheduler.core.entities import Environment, Job, Queue, Share
-from services.scheduler.core.ordering import borrower_order, share_order
-from services.scheduler.core.preemption import (
+from quotasched.services.scheduler.core.admission import blocked_reason
+from quotasched.services.scheduler.core.entities import Environment, Job, Queue, Share
+from quotasched.services.scheduler.core.ordering import borrower_order, share_order
+from quotasched.services.scheduler.core.preemption import (
     in_share_candidates,
     in_share_victims,
     reclaim_victims,
 )
-from services.scheduler.core.round import Round
+from quotasched.services.scheduler.core.round import Round
 
 _MISCONFIGURED = frozenset(
     {BlockedReason.SERVICE_ENVIRONMENT_MAX_RESOURCE.value,

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from services.scheduler.core.accounting import Scratch
-from services.scheduler.core.entities import Environment, Job, Queue, Share
-from services.scheduler.core.ordering import cross_share_victim_order, in_share_victim_order
+from quotasched.services.scheduler.core.accounting import Scratch
+from quotasched.services.scheduler.core.entities import Environment, Job, Queue, Share
+from quotasched.services.scheduler.core.ordering import cross_share_victim_order, in_share_victim_order
 
 MAX_VICTIMS = 1000
 """The most jobs one preemption takes: 1000 job ids (at most 128 characters each) keep the

@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from events.facts import Fact
-from services.scheduler.core.evolve import evolve
-from services.scheduler.core.state import State
+from quotasched.events.facts import Fact
+from quotasched.services.scheduler.core.evolve import evolve
+from quotasched.services.scheduler.core.state import State
 
 
 class Round:

@@ -22,8 +22,8 @@ import heapq
 from collections.abc import Callable
 from typing import Any
 
-from events.values import JobStatus
-from services.scheduler.core.entities import Environment, Job, Need, Queue, Share
+from quotasched.events.values import JobStatus
+from quotasched.services.scheduler.core.entities import Environment, Job, Need, Queue, Share
 
 
 class State:

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from fnmatch import fnmatchcase
 
-from events import facts as F
-from events.values import BlockedReason, JobStatus, RetryAction, StatusCause
-from services.scheduler.core.admission import blocked_reason
-from services.scheduler.core.entities import Job
-from services.scheduler.core.passes import schedule
-from services.scheduler.core.round import Round
-from services.scheduler.core.state import State
+from quotasched.events import facts as F
+from quotasched.events.values import BlockedReason, JobStatus, RetryAction, StatusCause
+from quotasched.services.scheduler.core.admission import blocked_reason
+from quotasched.services.scheduler.core.entities import Job
+from quotasched.services.scheduler.core.passes import schedule
+from quotasched.services.scheduler.core.round import Round
+from quotasched.services.scheduler.core.state import State
 
 ATTEMPT_TIMED_OUT = "Job attempt duration exceeded timeout"
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from services.scheduler.core.entities import JOB_FIELDS
-from services.scheduler.core.state import State
+from quotasched.services.scheduler.core.entities import JOB_FIELDS
+from quotasched.services.scheduler.core.state import State
 
 
 def state_document(state: State) -> dict[str, Any]:
