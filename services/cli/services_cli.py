@@ -55,11 +55,17 @@ def up(
     db: Annotated[Optional[Path], typer.Option("--db", help="The projector's DuckDB file (default: <data-dir>/quotasched.duckdb).")] = None,
     no_projector: Annotated[bool, typer.Option("--no-projector", help="Do not run the projector.")] = False,
     metrics_port: MetricsPort = None,
+    aws_port: Annotated[Optional[str], typer.Option(
+        "--aws-port", help="Serve the AWS Batch API (rest-json, for `aws batch --endpoint-url` "
+                           "and boto3) on 127.0.0.1 at this port (default: a free one; 0 or "
+                           "off: not at all).", show_default=False)] = None,
 ) -> None:
     """Start everything: nats-server (unless --nats-url), the scheduler, the projector and an
     executor.
 
-    The first line printed is the NATS URL to point the CLI and clients at.  Ctrl-C stops it
+    The first line printed is the NATS URL to point the CLI and clients at; the second,
+    `AWS_ENDPOINT_URL_BATCH=http://127.0.0.1:PORT`, the AWS Batch endpoint for the real AWS CLI
+    and boto3 (unless --aws-port off).  Ctrl-C stops it
     all cleanly; starting again on the same --data-dir resumes where it stopped.  The projector
     keeps --db up to date with the fact log and answers queries over NATS (qm.proj.*); while it
     runs, no other process can open that file.
@@ -73,10 +79,12 @@ def up(
     from quotasched.services import logs
     from quotasched.services.datadir import DataDirError, lock
     from quotasched.services.embedded import ServerStartError
+    from quotasched.services.endpoint.server import EndpointError
 
     if executor not in ("simulated", "process", "none"):
         typer.echo("quotasched up: --executor must be simulated, process or none", err=True)
         raise typer.Exit(2)
+    endpoint_port = _aws_port(aws_port)
     try:  # before anything touches the store: no second `up` on it, no traceback for a bad dir
         held = lock(data_dir, store=nats_url is None)
     except DataDirError as error:
@@ -94,12 +102,32 @@ def up(
             projector_db = None if no_projector else str(db if db is not None else data_dir / "quotasched.duckdb")
             code = asyncio.run(serve(settings, port=port, executor=executor, speed=speed,
                                      announce=lambda url: print(url, flush=True),
-                                     projector_db=projector_db, data_lock=held))  # fmt: skip
+                                     projector_db=projector_db, data_lock=held,
+                                     aws_port=endpoint_port))  # fmt: skip
         except ServerStartError as error:
+            _refuse(error)
+        except EndpointError as error:
             _refuse(error)
         except Exception as error:
             _refuse_projector(error)
     raise typer.Exit(code)
+
+
+def _aws_port(value: str | None) -> int | None:
+    """--aws-port: None (not given) is a free port (0 to the endpoint); 0 or off, none."""
+    if value is None:
+        return 0
+    if value.strip().lower() in ("0", "off"):
+        return None
+    try:
+        port = int(value)
+    except ValueError:
+        port = -1
+    if not 0 < port < 65536:
+        typer.echo(f"quotasched up: --aws-port must be a port (1-65535), 0 or off, not {value!r}",
+                   err=True)  # fmt: skip
+        raise typer.Exit(2)
+    return port
 
 
 def _refuse(reason: object) -> NoReturn:
