@@ -256,7 +256,8 @@ async def soak(faults: int, commands: int, seed: int, root: Path, hostile_every:
                                    for fact in comparable(facts, drop=())})  # fmt: skip
     print(f"\nsoak seed {seed}: {sum(run.faults.values())} faults injected "
           + ", ".join(f"{n} {kind}" for kind, n in run.faults.items())
-          + f"; {len(items)} commands sent; {len(facts)} facts ({len(expected)} expected); "
+          + f"; {len(items)} honest commands sent; {len(facts)} facts ({len(expected)} from the honest "
+          f"commands, as replay gives them, {len(hostile)} refusals of hostile messages); "
           f"commands with facts lost: {lost}; "
           f"duplicated facts: {duplicated}; "
           f"'disk full' errors logged: {run.disk_full_lines()}; "
