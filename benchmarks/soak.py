@@ -68,7 +68,7 @@ from tests.integration.test_projector_live import (  # noqa: E402
     write_fact_file,
 )
 from tests.reliability.hostile import refused_message  # noqa: E402
-from tests.reliability.support import publish_retrying  # noqa: E402
+from tests.reliability.support import publish_retrying, publish_until_stored  # noqa: E402
 
 
 STORE_LIMIT = 256 * 1024 * 1024  # the server's max_file_store: what a disk-full fault fills
@@ -171,14 +171,7 @@ async def publish_hostile(js, rng: random.Random, items, every: int, published: 
             continue
         kind, subject, payload = refused_message(rng, HOSTILE_TEAM, "alpha", others, 0.01)
         sent += 1
-        while True:
-            try:
-                ack = await js.publish(subject, payload, stream="QM_COMMANDS", timeout=5,
-                                       headers={"Nats-Msg-Id": f"hostile-{sent}"})  # fmt: skip
-                break
-            except Exception:  # the server is down or full: try again, as a client would
-                await asyncio.sleep(0.2)
-        stored[ack.seq] = kind
+        stored[await publish_until_stored(js, subject, payload, f"hostile-{sent}", 5)] = kind
 
 
 async def soak(faults: int, commands: int, seed: int, root: Path, hostile_every: int) -> bool:

@@ -15,7 +15,7 @@ the re-run still agree and the report says how many commands were refused by the
 
 from __future__ import annotations
 
-from quotasched.events.codec import DecodeError, decode_command
+from quotasched.events.codec import DecodeError, decode_command, decode_fact
 from quotasched.events.facts import Fact
 from quotasched.events.subjects import parse_command_subject
 from quotasched.services.scheduler.core import State, reject
@@ -44,8 +44,6 @@ def is_log_refusal(text: str | bytes) -> bool:
 
 def refusal_cause_of(text: str) -> str:
     """The cause recorded in a log refusal's reason (what `refuse_message` was given)."""
-    from quotasched.events.codec import decode_fact
-
     reason = decode_fact(text).status_reason
     start = reason.find("(", len(LOG_REFUSAL))
     end = reason.rfind("); it was not decided")

@@ -59,12 +59,20 @@ async def publish_retrying(js, items, pace=None, published: list[int] | None = N
             await pace(index)
         decoded, data = _as_command(command)
         subject = subject_for_command(decoded, route)
-        while True:
-            try:
-                ack = await js.publish(subject, data, stream=COMMANDS_STREAM, timeout=2.0,
-                                       headers={"Nats-Msg-Id": f"{prefix}-{index}"})  # fmt: skip
-                break
-            except Exception:  # the broker is restarting or a node is gone: try again
-                await asyncio.sleep(0.2)
-        seqs.append(ack.seq)
+        seqs.append(await publish_until_stored(js, subject, data, f"{prefix}-{index}"))
     return seqs
+
+
+async def publish_until_stored(js, subject: str, data: bytes, message_id: str,
+                               timeout: float = 2.0) -> int:  # fmt: skip
+    """Publish one message on the command stream with a message id, retried until JetStream
+    acks it; its stream sequence (the first one's, if a retry was a duplicate)."""
+    from quotasched.events.subjects import COMMANDS_STREAM
+
+    while True:
+        try:
+            ack = await js.publish(subject, data, stream=COMMANDS_STREAM, timeout=timeout,
+                                   headers={"Nats-Msg-Id": message_id})  # fmt: skip
+            return ack.seq
+        except Exception:  # the broker is restarting, full or a node is gone: try again
+            await asyncio.sleep(0.2)
