@@ -24,6 +24,12 @@ A process presents its credentials through the environment, so every entry point
 client, services) uses them alike: QUOTASCHED_NATS_USER, QUOTASCHED_NATS_PASSWORD,
 QUOTASCHED_NATS_INBOX_PREFIX, and QUOTASCHED_NATS_TLS_CA (a CA bundle: TLS, with the server's
 certificate verified against it).  A role's credentials file holds those lines.
+
+Each role also gets an AWS-style access key pair for the AWS Batch endpoint (`quotasched
+endpoint --keys`): its credentials file holds AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY too,
+so the same file makes the AWS CLI and boto3 act as that role, and `endpoint-keys.json` maps
+each access key id to its role, secret and NATS credentials.  The endpoint acts on NATS as the
+key's role, so the NATS permissions above decide what a key may do, whichever path it takes.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ import json
 import os
 import secrets
 import ssl
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,13 +57,19 @@ USER_ENV = "QUOTASCHED_NATS_USER"
 PASSWORD_ENV = "QUOTASCHED_NATS_PASSWORD"
 INBOX_ENV = "QUOTASCHED_NATS_INBOX_PREFIX"
 TLS_CA_ENV = "QUOTASCHED_NATS_TLS_CA"
+ACCESS_KEY_ENV = "AWS_ACCESS_KEY_ID"  # the AWS CLI's and boto3's own variables
+SECRET_KEY_ENV = "AWS_SECRET_ACCESS_KEY"
+ENDPOINT_KEYS_FILE = "endpoint-keys.json"
+ACCESS_KEY_PREFIX = "QSAK"  # AWS's ids start AKIA/ASIA: ours cannot be mistaken for real ones
+KEY_ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"  # AWS's: upper-case letters and digits 2-7
+SECRET_ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
 
 JOB_COMMANDS = ("SubmitServiceJob", "UpdateServiceJob", "TerminateServiceJob")
 PROJECTOR_PREFIX = "qm.proj"  # services.projector.API_PREFIX
 PROJECTED = "qm.projected"  # services.projector.APPLIED_SUBJECT
 
 
-def connect_options(environ: dict[str, str] | None = None) -> dict[str, Any]:
+def connect_options(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     """nats.connect keyword arguments for the credentials, inbox prefix and TLS CA in the
     environment (nothing when none is set)."""
     environ = os.environ if environ is None else environ
@@ -72,7 +84,7 @@ def connect_options(environ: dict[str, str] | None = None) -> dict[str, Any]:
     return options
 
 
-def broker_options(environ: dict[str, str] | None = None) -> dict[str, Any]:
+def broker_options(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The same, as FastStream's NatsBroker keyword arguments (its `security` object)."""
     from faststream.security import BaseSecurity, SASLPlaintext
 
@@ -88,6 +100,16 @@ def broker_options(environ: dict[str, str] | None = None) -> dict[str, Any]:
     return broker
 
 
+def new_access_key_id() -> str:
+    """20 characters like AWS's (QSAK + 16 random of its alphabet: 80 bits, never guessed)."""
+    return ACCESS_KEY_PREFIX + "".join(secrets.choice(KEY_ALPHABET) for _ in range(16))
+
+
+def new_secret_access_key() -> str:
+    """40 characters of AWS's secret alphabet (base64's): 240 bits from `secrets`."""
+    return "".join(secrets.choice(SECRET_ALPHABET) for _ in range(40))
+
+
 @dataclass
 class Role:
     name: str
@@ -95,6 +117,9 @@ class Role:
     subscribe: list[str]
     allow_responses: bool = False
     password: str = field(default_factory=lambda: secrets.token_urlsafe(24))
+    access_key_id: str = field(default_factory=new_access_key_id)
+    secret_access_key: str = field(default_factory=new_secret_access_key)
+    job_queue: str | None = None  # a pipeline's: the one job queue it may ask about
 
     @property
     def inbox(self) -> str:
@@ -112,10 +137,24 @@ class Role:
                 "permissions": permissions}  # fmt: skip
 
     def environment(self, tls_ca: str | None = None) -> dict[str, str]:
+        """The NATS variables a process of this role connects with."""
         env = {USER_ENV: self.name, PASSWORD_ENV: self.password, INBOX_ENV: self.inbox}
         if tls_ca:
             env[TLS_CA_ENV] = tls_ca
         return env
+
+    def aws_environment(self) -> dict[str, str]:
+        """The AWS CLI's and boto3's variables for this role's access key pair."""
+        return {ACCESS_KEY_ENV: self.access_key_id, SECRET_KEY_ENV: self.secret_access_key}
+
+    def endpoint_key(self, tls_ca: str | None = None) -> dict[str, Any]:
+        """This role's entry in the endpoint's keys file: what it checks a signature with
+        (the secret) and what it then connects to NATS as (the role's own credentials)."""
+        entry = {"role": self.name, "secretAccessKey": self.secret_access_key,
+                 "nats": self.environment(tls_ca)}  # fmt: skip
+        if self.job_queue is not None:
+            entry["jobQueue"] = self.job_queue
+        return entry
 
 
 BCRYPT_COST = 11  # nats-server's own `nats server passwd` default
@@ -215,7 +254,7 @@ def roles(shares: Iterable[tuple[str, str]]) -> list[Role]:
             publish=[*(f"{COMMANDS_PREFIX}.{queue}.{share}.{kind}" for kind in JOB_COMMANDS),
                      *fact_reader(name, f"{FACTS_PREFIX}.{queue}.{share}.*"),
                      f"{API_PREFIX}.{queue}.>"],
-            subscribe=[],
+            subscribe=[], job_queue=queue,
         ))  # fmt: skip
     return out
 
@@ -245,20 +284,35 @@ def server_config(all_roles: list[Role]) -> str:
             + json.dumps(document, indent=2) + "\n")  # fmt: skip
 
 
+def endpoint_keys(all_roles: list[Role], tls_ca: str | None = None) -> str:
+    """The AWS Batch endpoint's keys file: access key id -> the role's entry."""
+    keys = {role.access_key_id: role.endpoint_key(tls_ca) for role in all_roles}
+    return json.dumps(keys, indent=2) + "\n"
+
+
 def write(all_roles: list[Role], out: Path, tls_ca: str | None = None) -> list[Path]:
-    """nats-server.conf and creds/<role>.env (mode 0600) under `out`; returns the paths."""
+    """nats-server.conf, endpoint-keys.json and creds/<role>.env under `out`, each readable by
+    its owner only (mode 0600: they hold secrets or their hashes); returns the paths."""
     creds = out / "creds"
     creds.mkdir(parents=True, exist_ok=True)
-    written = [out / "nats-server.conf"]
-    written[0].write_text(server_config(all_roles))
-    written[0].chmod(0o600)
+    files = {out / "nats-server.conf": server_config(all_roles),
+             out / ENDPOINT_KEYS_FILE: endpoint_keys(all_roles, tls_ca)}  # fmt: skip
     for role in all_roles:
-        path = creds / f"{role.name}.env"
-        path.write_text("".join(f"{key}={value}\n"
-                                for key, value in role.environment(tls_ca).items()))  # fmt: skip
-        path.chmod(0o600)
-        written.append(path)
-    return written
+        variables = {**role.environment(tls_ca), **role.aws_environment()}
+        files[creds / f"{role.name}.env"] = "".join(f"{key}={value}\n"
+                                                    for key, value in variables.items())
+    for path, text in files.items():
+        _write_private(path, text)
+    return list(files)
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Created 0600 before a byte is written (a file left by an earlier run is narrowed first),
+    so no secret is ever readable by others, not even for an instant."""
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(descriptor, 0o600)
+    with os.fdopen(descriptor, "w") as handle:
+        handle.write(text)
 
 
 def read_credentials(path: str | Path) -> dict[str, str]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+from collections.abc import Awaitable, Callable, Mapping
 
 import nats
 import nats.errors
@@ -52,26 +53,35 @@ def error_reason(error: BaseException) -> str:
     return str(error) or type(error).__name__
 
 
-async def connect(url: str, name: str, timeout: float = 10.0) -> Client:
+async def connect(url: str, name: str, timeout: float = 10.0, *,
+                  credentials: Mapping[str, str] | None = None, client: Client | None = None,
+                  on_error: Callable[[Exception], Awaitable[None]] | None = None) -> Client:  # fmt: skip
     """Connect, failing with `Unreachable` after `timeout` if the server never answers.
 
     Once connected, the client reconnects forever (a cluster node may restart under load);
     only the first connection is bounded, so a wrong URL is reported instead of retried.
+    Credentials, inbox prefix and TLS come from the environment, or from `credentials` (the
+    same variables, for a process acting as several roles: the AWS Batch endpoint).  `client`:
+    an unconnected nats-py client to connect (a subclass that watches its own traffic);
+    `on_error`: told the server's asynchronous errors (a permissions violation, say).
     """
 
     async def quiet(error: Exception) -> None:  # nats-py would print a traceback per retry
         pass
 
     # "nats://a:4222,nats://b:4222": every seed of a cluster, so a start-up or a reconnect
-    # succeeds while any one of them is up; credentials and TLS come from the environment
+    # succeeds while any one of them is up
     servers = [part.strip() for part in url.split(",") if part.strip()] or [url]
+    nc = client if client is not None else Client()
     try:
-        return await asyncio.wait_for(nats.connect(
+        await asyncio.wait_for(nc.connect(
             servers, name=name, max_reconnect_attempts=-1, reconnect_time_wait=0.5,
-            connect_timeout=2, allow_reconnect=True, error_cb=quiet, **connect_options(),
+            connect_timeout=2, allow_reconnect=True, error_cb=on_error or quiet,
+            **connect_options(credentials),
         ), timeout)  # fmt: skip
     except (asyncio.TimeoutError, TimeoutError, OSError, nats.errors.NoServersError) as error:
         raise Unreachable(f"cannot reach NATS at {url} ({type(error).__name__})") from None
+    return nc
 
 
 def _stream_config(name: str, subjects: list[str], options: StreamOptions,

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Mapping
 from typing import Any
 
 from quotasched.events.facts import Fact
@@ -42,14 +43,19 @@ def resolve_url(url: str | None) -> str:
 
 
 class Bus:
-    def __init__(self, url: str | None = None, name: str = "quotasched-client"):
+    """`credentials`: the variables of a role's credentials file (`services.auth`) to connect
+    with instead of the environment's, for a process acting as several roles."""
+
+    def __init__(self, url: str | None = None, name: str = "quotasched-client",
+                 credentials: Mapping[str, str] | None = None):  # fmt: skip
         self.url = resolve_url(url)
         self.name = name
+        self.credentials = credentials
         self.nc = None
         self.js = None
 
     async def __aenter__(self) -> Bus:
-        self.nc = await connect(self.url, self.name)
+        self.nc = await connect(self.url, self.name, credentials=self.credentials)
         self.js = self.nc.jetstream()
         return self
 

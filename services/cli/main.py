@@ -219,6 +219,7 @@ from quotasched.services.cli.projections_cli import register as register_project
 from quotasched.services.cli.audit_cli import register as _audit; _audit(app)  # noqa: E402,E702  (audit verify, explain)
 from quotasched.services.cli.report_cli import register as _report; _report(app)  # noqa: E402,E702  (report: charts)
 from quotasched.services.cli.auth_cli import register as _auth; _auth(app)  # noqa: E402,E702  (auth generate)
+from quotasched.services.cli.endpoint_cli import register as _endpoint; _endpoint(app)  # noqa: E402,E702  (endpoint: the AWS Batch API process)
 from quotasched.services.cli.simulate_cli import register as _simulate; _simulate(app)  # noqa: E402,E702  (simulate, synth-trace)
 from quotasched.services.cli.config_cli import register as _config; _config(app)  # noqa: E402,E702  (config apply, export)
 

@@ -285,7 +285,22 @@ def test_the_auth_override_uses_the_files_auth_generate_writes(tmp_path):
     for name, role in AUTH_ROLES.items():
         assert services[name]["env_file"] == [f"nats-auth/creds/{role}.env"], name
     used = {file for service in services.values() for file in service.get("env_file", [])}
-    used |= {volume.split(":")[0].removeprefix("./") for volume in services["nats"]["volumes"]}
+    used |= {volume.split(":")[0].removeprefix("./") for name in ("nats", "endpoint")
+             for volume in services[name]["volumes"]}  # fmt: skip
     assert used <= written, used - written
+    assert "nats-auth/endpoint-keys.json" in used  # the endpoint's keys
+
+
+def test_the_endpoint_reads_the_keys_the_auth_override_mounts():
+    """The AWS Batch endpoint checks signatures (--keys) where it listens beyond loopback."""
+    endpoint = compose()["services"]["endpoint"]
+    command = endpoint["command"]
+    keys = command[command.index("--keys") + 1]
+    mounts = auth_override()["services"]["endpoint"]["volumes"]
+    assert [volume.split(":")[1:] for volume in mounts] == [[keys, "ro"]]
+    assert command[command.index("--host") + 1] == "0.0.0.0"
+    port = command[command.index("--port") + 1]
+    assert endpoint["ports"] == [f"127.0.0.1:{port}:{port}"]
+    assert f"'127.0.0.1', {port}" in " ".join(endpoint["healthcheck"]["test"])
     ignored = (ROOT / ".gitignore").read_text().splitlines()
     assert "/nats-auth/" in ignored and "nats-auth" in (ROOT / ".dockerignore").read_text()
