@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+SDK    := .venv-sagemaker
 
 .PHONY: demo test bench native clean
 
@@ -11,6 +12,15 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[test,native]'
 	touch $(STAMP)
+
+# The SageMaker Python SDK v3 in its own virtualenv, as a user's notebook has it (its pins are
+# its own); uv (a test dependency) installs it in well under a minute.  For
+# tests/integration/test_sagemaker_sdk.py.
+$(SDK)/.installed: tests/sdk/requirements.txt $(STAMP)
+	rm -rf $(SDK)
+	$(BIN)/uv venv --quiet --python $(BIN)/python $(SDK)
+	$(BIN)/uv pip install --quiet --python $(SDK)/bin/python -r tests/sdk/requirements.txt
+	touch $@
 
 # Compile the decision core with mypyc when its sources changed since the last build (a few
 # seconds to check, ~30 s to build); without a C compiler it says so and the core runs
@@ -21,11 +31,11 @@ native: $(STAMP)
 demo: native
 	$(BIN)/quotasched demo
 
-test: native
+test: native $(SDK)/.installed
 	$(BIN)/python -m pytest
 
 bench: native
 	$(BIN)/python benchmarks/replay_bench.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis services/scheduler/core/_native
+	rm -rf $(VENV) $(SDK) .pytest_cache .hypothesis services/scheduler/core/_native

@@ -188,6 +188,29 @@ async def terminate_service_job(bus, p: dict) -> dict:
     return {}
 
 
+async def terminate_service_jobs(bus, p: dict) -> dict:
+    """Each job terminated on its own (AWS's bulk form): a job that cannot be found counts as
+    successful, as AWS says; any other refusal is that job's entry in `errors`."""
+    successful, errors = [], []
+    for job in p["jobs"]:
+        try:
+            await _ask(bus, "describe-service-job", jobId=job)
+        except Refused as refused:
+            if refused.status >= 500:
+                raise
+            successful.append(job)  # not found
+            continue
+        try:
+            await terminate_service_job(bus, {"jobId": job, "reason": p["reason"]})
+        except Refused as refused:
+            if refused.status >= 500:
+                raise
+            errors.append({"job": job, "code": refused.kind, "message": refused.message})
+        else:
+            successful.append(job)
+    return {"successful": successful, "errors": errors}
+
+
 # -- reads -----------------------------------------------------------------------------------
 
 
@@ -196,14 +219,22 @@ async def describe_service_job(bus, p: dict) -> dict:
 
 
 async def list_service_jobs(bus, p: dict) -> dict:
-    if not p.get("jobQueue"):
-        raise Refused("quotasched lists the jobs of one job queue: give jobQueue")
+    """One job queue's jobs, or (no `jobQueue`) every queue's, newest first as AWS lists them."""
     start = _offset(p["nextToken"]) if p.get("nextToken") else 0
-    wanted = p.get("maxResults") or 100
-    answer = await _ask(bus, "list-service-jobs", jobQueue=p["jobQueue"],
-                        jobStatus=p.get("jobStatus"), filters=p.get("filters"),
-                        maxResults=start + wanted + 1)  # fmt: skip
-    return _page(answer["jobSummaryList"], p, "jobSummaryList")
+    wanted = start + (p.get("maxResults") or 100) + 1
+    if p.get("jobQueue"):
+        queues = [p["jobQueue"]]
+    else:
+        queues = [queue["jobQueueName"]
+                  for queue in (await _ask(bus, "describe-job-queues"))["jobQueues"]]  # fmt: skip
+    jobs = []
+    for queue in queues:
+        answer = await _ask(bus, "list-service-jobs", jobQueue=queue, jobStatus=p.get("jobStatus"),
+                            filters=p.get("filters"), maxResults=wanted)  # fmt: skip
+        jobs.extend(answer["jobSummaryList"])
+    if len(queues) > 1:
+        jobs.sort(key=lambda job: job["createdAt"], reverse=True)  # stable: ties keep queue order
+    return _page(jobs, p, "jobSummaryList")
 
 
 def _offset(token: str) -> int:
@@ -269,6 +300,7 @@ OPERATIONS = {
     "SubmitServiceJob": submit_service_job,
     "UpdateServiceJob": update_service_job,
     "TerminateServiceJob": terminate_service_job,
+    "TerminateServiceJobs": terminate_service_jobs,
     "DescribeServiceJob": describe_service_job,
     "ListServiceJobs": list_service_jobs,
     "GetJobQueueSnapshot": get_job_queue_snapshot,
@@ -280,8 +312,25 @@ OPERATIONS = {
 }
 
 
+# Operations of the model quotasched does not perform, and why (the rest are container Batch).
+NOT_HERE = {
+    "UpdateSchedulingPolicy": "a scheduling policy is fixed once created in quotasched (its "
+                              "command set has no update): create a new policy",
+    "DeleteSchedulingPolicy": "scheduling policies are never deleted in quotasched",
+    "DeleteJobQueue": "job queues are never deleted in quotasched: disable one with "
+                      "update-job-queue --state DISABLED",
+    "DeleteServiceEnvironment": "service environments are never deleted in quotasched: "
+                                "disable one with update-service-environment --state DISABLED",
+    "TagResource": "tags are given when a job is submitted (describe-service-job shows them)",
+    "UntagResource": "tags are given when a job is submitted (describe-service-job shows them)",
+    "ListTagsForResource": "describe-service-job shows a job's tags",
+}
+
+
 async def perform(bus, operation: str, params: dict[str, Any]) -> dict[str, Any]:
     handler = OPERATIONS.get(operation)
     if handler is None:
-        raise Refused(f"operation {operation} is not supported by quotasched yet")
+        why = NOT_HERE.get(operation, "quotasched serves AWS Batch quota management (service "
+                                      "environments, quota-share job queues, service jobs)")
+        raise Refused(f"{operation} is not supported by quotasched: {why}")
     return await handler(bus, params)

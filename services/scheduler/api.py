@@ -7,6 +7,7 @@ AWS returns them; ARNs use region `local` and account `000000000000`.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from quotasched.events.subjects import API_PREFIX
@@ -23,6 +24,27 @@ class ApiError(ValueError):
 
 def job_arn(job_id: str) -> str:
     return f"{ARN}:job/{job_id}"
+
+
+def training_job_arn(job_id: str, attempt: int) -> str:
+    """The SageMaker training job an attempt runs as (`serviceResourceId`): each dispatch is a
+    new one, named with the `AWSBatch` prefix Batch gives them (spec 4.1), at most 63 of
+    SageMaker's name characters."""
+    name = re.sub(r"[^A-Za-z0-9]+", "-", f"AWSBatch-{job_id}")[:58].strip("-")
+    return f"arn:aws:sagemaker:local:000000000000:training-job/{name}-{attempt}"
+
+
+def _attempt(job: Job, record: tuple) -> dict[str, Any]:
+    attempt, _, started, stopped, reason, _ = record
+    shown: dict[str, Any] = {"serviceResourceId": {
+        "name": "TrainingJobArn", "value": training_job_arn(job.job_id, attempt)}}  # fmt: skip
+    if started is not None:
+        shown["startedAt"] = _ms(started)
+    if stopped is not None:
+        shown["stoppedAt"] = _ms(stopped)
+    if reason is not None:
+        shown["statusReason"] = reason
+    return shown
 
 
 def _ms(at: float | None) -> int | None:
@@ -45,6 +67,13 @@ def _job_summary(job: Job) -> dict[str, Any]:
         "capacityUsage": [{"capacityUnit": u, "quantity": n} for u, n in job.need],
         "attempt": job.attempt,
     }  # fmt: skip
+    if job.history:
+        latest = job.history[-1]
+        summary["latestAttempt"] = {"serviceResourceId": _attempt(job, latest)["serviceResourceId"]}
+        if latest[2] is not None:
+            summary["startedAt"] = _ms(latest[2])
+    if job.stopped_at is not None:
+        summary["stoppedAt"] = _ms(job.stopped_at)
     if job.is_terminated:
         summary["isTerminated"] = True
     return summary
@@ -67,8 +96,18 @@ def describe_service_job(state: State, request: dict) -> dict[str, Any]:
         "timeoutConfig": (None if job.attempt_timeout_s is None
                           else {"attemptDurationSeconds": job.attempt_timeout_s}),
     })  # fmt: skip
+    if job.history:
+        described["attempts"] = [_attempt(job, record) for record in job.history]
     if job.preempted_count:
-        described["preemptionSummary"] = {"preemptedAttemptCount": job.preempted_count}
+        described["preemptionSummary"] = {
+            "preemptedAttemptCount": job.preempted_count,
+            "recentPreemptedAttempts": [_attempt(job, record) for record in job.history
+                                        if record[5]],
+        }  # fmt: skip
+    if job.tags:
+        described["tags"] = dict(job.tags)
+    if job.payload is not None:
+        described["serviceRequestPayload"] = job.payload
     return described
 
 

@@ -109,7 +109,8 @@ def test_the_seed_notebook_through_the_real_aws_cli(endpoint):
         submitted = aws_json(endpoint, "submit-service-job", "--job-name", name, "--job-queue", q,
                              "--quota-share-name", "qs1", "--scheduling-priority", priority,
                              "--service-job-type", "SAGEMAKER_TRAINING",
-                             "--service-request-payload", PAYLOAD)  # fmt: skip
+                             "--service-request-payload", PAYLOAD,
+                             "--tags", f"stage={name}")  # fmt: skip
         assert submitted["jobName"] == name
         assert submitted["jobArn"] == f"arn:aws:batch:local:000000000000:job/{submitted['jobId']}"
         ids[name] = submitted["jobId"]
@@ -125,6 +126,11 @@ def test_the_seed_notebook_through_the_real_aws_cli(endpoint):
     assert (low["status"], low["quotaShareName"], low["schedulingPriority"], low["jobQueue"]) == (
         "RUNNABLE", "qs1", 1, q)  # fmt: skip
     assert low["capacityUsage"] == [{"capacityUnit": "ml.g5.xlarge", "quantity": 1.0}]
+    assert low["tags"] == {"stage": "low"} and json.loads(low["serviceRequestPayload"]) == json.loads(PAYLOAD)
+    assert "attempts" not in low  # never dispatched
+    high = aws_json(endpoint, "describe-service-job", "--job-id", ids["high"])
+    assert [attempt["serviceResourceId"]["value"] for attempt in high["attempts"]] == [
+        f"arn:aws:sagemaker:local:000000000000:training-job/AWSBatch-{ids['high']}-1"]  # fmt: skip
 
     # the notebook's priority update: low (now 4) outranks med (2) in qs1, whose in-share
     # preemption is ENABLED: med is preempted back to RUNNABLE and low takes its instance
@@ -238,7 +244,19 @@ def test_the_same_story_through_boto3_with_its_paginator(endpoint):
     with pytest.raises(ClientError) as unsupported:
         batch.list_jobs(jobQueue=q)
     assert unsupported.value.response["Error"]["Message"] == (
-        "operation ListJobs is not supported by quotasched yet")
+        "ListJobs is not supported by quotasched: quotasched serves AWS Batch quota management "
+        "(service environments, quota-share job queues, service jobs)")
+
+    # the bulk terminate: a job not found counts as successful (AWS's documented rule)
+    done = batch.terminate_service_jobs(jobs=[ids["high"], "no-such-job"], reason="bulk")
+    assert (sorted(done["successful"]), done["errors"]) == (sorted([ids["high"], "no-such-job"]), [])
+    high = batch.describe_service_job(jobId=ids["high"])
+    assert (high["status"], high["statusReason"], high["isTerminated"]) == ("FAILED", "bulk", True)
+    assert high["stoppedAt"] >= high["scheduledAt"]
+    assert high["latestAttempt"]["serviceResourceId"]["name"] == "TrainingJobArn"
+    # no jobQueue: every queue's jobs, newest first
+    everywhere = batch.list_service_jobs(jobStatus="FAILED")["jobSummaryList"]
+    assert ids["high"] in [job["jobId"] for job in everywhere]
 
     with pytest.raises(ClientError, match="must be DISABLED before it can be deleted"):
         batch.delete_quota_share(quotaShareArn=arns["qs2"])

@@ -62,7 +62,8 @@ def test_a_job_snapshot_lists_every_field_in_job_fields_order():
         "retry_rules": ("r14",), "attempt_timeout_s": 15, "status_reason": "sr16",
         "reason_code": "rc17", "reason_since": 18.5, "dispatched_at": 19.5,
         "dispatch_order": 20, "borrowed": (("b", 21),), "is_terminated": True,
-        "client_token": "ct23", "created_at": 24.5, "admitted": 25,
+        "client_token": "ct23", "created_at": 24.5, "admitted": 25, "tags": (("k", "v26"),),
+        "payload": "p27", "history": ((1, 28.5, None, 29.5, "r30", True),), "stopped_at": 31.5,
     }  # fmt: skip
     assert sorted(values) == sorted(JOB_FIELDS)
     job = Job()

@@ -26,7 +26,15 @@ JOB_FIELDS: tuple[str, ...] = (
     "preempted_count", "preemption_retries", "attempts_max", "attempts_used", "retry_rules",
     "attempt_timeout_s", "status_reason", "reason_code", "reason_since", "dispatched_at",
     "dispatch_order", "borrowed", "is_terminated", "client_token", "created_at", "admitted",
+    "tags", "payload", "history", "stopped_at",
 )  # fmt: skip
+
+# A job's attempt record, as DescribeServiceJob shows it: (attempt, dispatched at, started at
+# or None, stopped at or None, status reason or None, preempted?).  A job keeps its most recent
+# HISTORY_KEPT records: every dispatch is an attempt, and preemptions may requeue a job without
+# end (spec 0 item 21 suggests a window of 10).
+Attempt = tuple[int, float, Any, Any, Any, bool]
+HISTORY_KEPT = 10
 
 
 class Job:
@@ -60,6 +68,12 @@ class Job:
         self.is_terminated = False
         self.client_token: str | None = None
         self.admitted = 0  # config epoch under which this job was last found admissible
+        # What DescribeServiceJob shows and no decision reads: the submission's tags and
+        # payload as given, the recent attempts, and when the job reached SUCCEEDED/FAILED.
+        self.tags: tuple = ()
+        self.payload: str | None = None
+        self.history: tuple = ()
+        self.stopped_at: float | None = None
 
     def key(self) -> HeapEntry:
         return (-self.priority, self.seq, self.job_id)
@@ -73,7 +87,8 @@ class Job:
             self.preemption_retries, self.attempts_max, self.attempts_used, self.retry_rules,
             self.attempt_timeout_s, self.status_reason, self.reason_code, self.reason_since,
             self.dispatched_at, self.dispatch_order, self.borrowed, self.is_terminated,
-            self.client_token, self.created_at, self.admitted,
+            self.client_token, self.created_at, self.admitted, self.tags, self.payload,
+            self.history, self.stopped_at,
         )  # fmt: skip
 
     def restore(self, saved: tuple) -> None:
@@ -83,7 +98,8 @@ class Job:
             self.preemption_retries, self.attempts_max, self.attempts_used, self.retry_rules,
             self.attempt_timeout_s, self.status_reason, self.reason_code, self.reason_since,
             self.dispatched_at, self.dispatch_order, self.borrowed, self.is_terminated,
-            self.client_token, self.created_at, self.admitted,
+            self.client_token, self.created_at, self.admitted, self.tags, self.payload,
+            self.history, self.stopped_at,
         ) = saved  # fmt: skip
 
     # Pickled (snapshots) as the tuple of its slots: half the bytes of the default

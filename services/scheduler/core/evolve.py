@@ -11,12 +11,19 @@ may have become placeable, see `passes.py`).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 
 from quotasched.events import facts as F
 from quotasched.events.values import JobStatus, PreemptionOutcome, StatusCause
 from quotasched.services.scheduler.core.accounting import add_usage, recompute_totals
-from quotasched.services.scheduler.core.entities import Environment, Job, Queue, Share
+from quotasched.services.scheduler.core.entities import (
+    HISTORY_KEPT,
+    Environment,
+    Job,
+    Queue,
+    Share,
+)
 from quotasched.services.scheduler.core.state import State
 
 _CASES: dict[type, Callable[[State, F.Fact], None]] = {}
@@ -145,6 +152,11 @@ def _submitted(state: State, fact: F.JobSubmitted) -> None:
     if fact.client_token is not None:
         job.client_token = fact.client_token
         state.put(state.client_tokens, (job.queue, fact.client_token), job.job_id)
+    if fact.tags:
+        job.tags = tuple(fact.tags.items())
+    payload = fact.service_request_payload
+    if payload is not None:
+        job.payload = payload if isinstance(payload, str) else json.dumps(payload)
     state.put(state.jobs, job.job_id, job)
     _enqueue(state, job, fact.at)
 
@@ -183,6 +195,7 @@ def _dispatched(state: State, fact: F.JobDispatched) -> None:
     job.status_reason = None
     job.reason_code = None
     job.reason_since = None
+    job.history = (*job.history, (fact.attempt, fact.at, None, None, None, False))[-HISTORY_KEPT:]
     state.put(share.dispatched, job.job_id, job)
     add_usage(state, queue, share, job.need, +1)
     state.drop(state.blocked, job.job_id)
@@ -203,16 +216,16 @@ def _preempted(state: State, fact: F.JobPreempted) -> None:
     _release(state, job)
     state.save(job)
     job.preempted_count = fact.preempted_attempt_count
+    reason = f"Preempted by job {fact.preemptor_job_id} ({fact.reason.value})"
+    _stop_attempt(job, fact.attempt, fact.at, reason, preempted=True)
     if fact.outcome is PreemptionOutcome.REQUEUED:
         job.status = JobStatus.RUNNABLE
-        job.status_reason = f"Preempted by job {fact.preemptor_job_id} ({fact.reason.value})"
+        job.status_reason = reason
         _enqueue(state, job, fact.at)
     else:
         job.status = JobStatus.FAILED
-        job.status_reason = (
-            f"Preempted by job {fact.preemptor_job_id} ({fact.reason.value}); "
-            "preemptionRetriesBeforeTermination exhausted"
-        )
+        job.status_reason = f"{reason}; preemptionRetriesBeforeTermination exhausted"
+        job.stopped_at = fact.at
 
 
 @_case(F.JobStatusChanged)
@@ -222,6 +235,13 @@ def _status(state: State, fact: F.JobStatusChanged) -> None:
         _release(state, job)
     was_runnable = job.status is JobStatus.RUNNABLE
     state.save(job)
+    if job.status.dispatched:
+        if fact.status is JobStatus.STARTING or fact.status is JobStatus.RUNNING:
+            _start_attempt(job, fact.attempt, fact.at)
+        elif not fact.status.dispatched:
+            _stop_attempt(job, fact.attempt, fact.at, fact.status_reason, preempted=False)
+    if fact.status.terminal:
+        job.stopped_at = fact.at
     job.status = fact.status
     job.status_reason = fact.status_reason
     job.is_terminated = job.is_terminated or fact.is_terminated
@@ -256,6 +276,22 @@ def _blocked(state: State, fact: F.ShareBlocked) -> None:
 
 
 # -- helpers ---------------------------------------------------------------------------------
+
+
+def _start_attempt(job: Job, attempt: int, at: float) -> None:
+    """The attempt began to run (STARTING or RUNNING reported): its `startedAt`, once."""
+    if job.history:
+        last = job.history[-1]
+        if last[0] == attempt and last[2] is None:
+            job.history = (*job.history[:-1], (attempt, last[1], at, None, None, False))
+
+
+def _stop_attempt(job: Job, attempt: int, at: float, reason, preempted: bool) -> None:
+    """The attempt ended (finished, failed, bounced or preempted): its `stoppedAt`."""
+    if job.history:
+        last = job.history[-1]
+        if last[0] == attempt and last[3] is None:
+            job.history = (*job.history[:-1], (attempt, last[1], last[2], at, reason, preempted))
 
 
 def _enqueue(state: State, job: Job, at: float) -> None:
