@@ -17,7 +17,7 @@ from rich.table import Table
 from quotasched.events.codec import decode_fact
 from quotasched.services.cli.narrate import sentence
 from quotasched.services.client import AsyncTrainingQueue, Bus
-from quotasched.services.runtime import Stack
+from quotasched.services.runtime import Stack, stop_on_signals
 from quotasched.services.scheduler.log import read_log
 from quotasched.services.settings import Settings
 
@@ -49,12 +49,16 @@ STEPS = [
 ]  # fmt: skip
 
 
-async def run_demo(console: Console, pause_s: float = 1.0) -> None:
+async def run_demo(console: Console, pause_s: float = 1.0, serve: bool = False) -> None:
+    """The story; with `serve`, the stack then stays up (its AWS Batch endpoint too) until
+    Ctrl-C, for the real AWS CLI, boto3 or the SageMaker SDK to look at the demo's queue."""
     with tempfile.TemporaryDirectory(prefix="quotasched-demo-") as data_dir:
         settings = Settings(data_dir=data_dir, tick_interval_s=0.5)
-        async with Stack(settings, executor="simulated", speed=1.0) as stack:
+        async with Stack(settings, executor="simulated", speed=1.0, aws_port=0) as stack:
             console.print(f"[bold]Embedded stack up[/] at {stack.url} "
                           "(nats-server, scheduler, simulated executor)")  # fmt: skip
+            console.print(f"AWS_ENDPOINT_URL_BATCH={stack.endpoint.url}", highlight=False,
+                          soft_wrap=True)  # fmt: skip
             async with Bus(stack.url, name="quotasched-demo") as bus:
                 narrator = asyncio.create_task(_narrate(bus, console))
                 for command in SETUP:
@@ -75,6 +79,21 @@ async def run_demo(console: Console, pause_s: float = 1.0) -> None:
                 narrator.cancel()
                 await asyncio.gather(narrator, return_exceptions=True)
                 await _usage(console, await queue.snapshot(), bus)
+            if serve:
+                stop_on_signals(stack.stop)
+                _serving(console, stack)
+                await stack.stop.wait()
+
+
+def _serving(console: Console, stack: Stack) -> None:
+    url = stack.endpoint.url
+    console.rule("Serving the demo's queue q until Ctrl-C")
+    console.print(f"export AWS_ENDPOINT_URL_BATCH={url} AWS_ACCESS_KEY_ID=demo "
+                  "AWS_SECRET_ACCESS_KEY=demo AWS_DEFAULT_REGION=us-east-1\n"
+                  "aws batch list-service-jobs --job-queue q --job-status RUNNING "
+                  "--query 'jobSummaryList[].[jobName,quotaShareName]' --output text\n"
+                  f"QUOTASCHED_NATS_URL={stack.url} quotasched facts --follow",
+                  highlight=False, markup=False, soft_wrap=True)  # fmt: skip
 
 
 async def _narrate(bus: Bus, console: Console) -> None:

@@ -3,7 +3,8 @@
     quotasched auth generate --config examples/shares.yaml --out nats-auth
     nats-server -c nats-auth/nats-server.conf -js      # or include it in your server's config
     set -a; . nats-auth/creds/pipeline-q-qs1.env; set +a
-    quotasched submit-service-job ...                  # as the pipeline of q/qs1
+    quotasched apply jobs.jsonl --wait                 # as the pipeline of q/qs1
+    quotasched endpoint --nats-url ... --keys nats-auth/endpoint-keys.json   # the AWS API
 """
 
 from __future__ import annotations

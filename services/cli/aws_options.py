@@ -1,31 +1,23 @@
-"""Declaring the `aws batch` verbs of `quotasched`: the Typer app they register on, the exit
-codes and help panels, the options several verbs share, and parsing option values (names out
-of ARNs, shorthand or JSON structures).
+"""Declaring `apply` and `facts`: the Typer app they register on, the exit codes and help
+panel, and the options they share with `config`.
 
-A verb module decorates each verb with `register_verb`, which registers it on `cli` with its
-docstring as help; `services.cli.aws` hands the verbs to the `quotasched` app in a fixed order.
+A module decorates each command with `register_verb`, which registers it on `cli` with its
+docstring as help; `services.cli.aws` hands them to the `quotasched` app in a fixed order.
 """
 
 from __future__ import annotations
 
 import inspect
 from enum import Enum
-from typing import Annotated, Any, Optional
+from typing import Annotated, Optional
 
 import typer
 from typer.core import TyperCommand
 
-from quotasched.services.cli.shorthand import (
-    SHAPES,
-    expand_multi_value_args,
-    parse_list_param,
-    parse_param,
-)
+from quotasched.services.cli.shorthand import expand_multi_value_args
 
 ARN = "arn:aws:batch:local:000000000000"  # as services.scheduler.api answers
 EXIT_REFUSED, EXIT_USAGE, EXIT_UNDECIDED = 1, 2, 3
-PANEL_WRITE = "AWS Batch verbs that change things (published as commands)"
-PANEL_READ = "AWS Batch verbs that read (answered by the scheduler)"
 PANEL_LOG = "Command files and the fact log"
 EPILOG = ("Exit status: 0 done; 1 refused by the scheduler (reason on stderr; the AWS CLI uses "
           "254); 2 bad syntax or parameters (nothing published) or NATS/scheduler unreachable; "
@@ -67,7 +59,7 @@ WaitTimeout = Annotated[float, typer.Option(
     "--wait-timeout", min=0.1, help="Seconds to wait for a decision (exit 3 after).")]  # fmt: skip
 
 
-def register_verb(name: str, panel: str = PANEL_WRITE):
+def register_verb(name: str, panel: str = PANEL_LOG):
     """Registers an AWS verb, its docstring as help with each paragraph on one line (Typer
     keeps the docstring's line breaks inside paragraphs)."""
 
@@ -83,29 +75,5 @@ def prose(doc: str | None) -> str:
     return "\n\n".join(" ".join(paragraph.split()) for paragraph in paragraphs)
 
 
-# -- options of the configuration verbs (and --tags of submit-service-job) -------------------------
-
-CapacityLimits = Annotated[list[str], typer.Option(
-    "--capacity-limits", show_default=False,
-    help="capacityUnit=ml.g5.xlarge,maxCapacity=3; several limits space-separated or "
-         "repeated, or a JSON list.")]  # fmt: skip
-OptionalCapacityLimits = Annotated[Optional[list[str]], typer.Option(
-    "--capacity-limits", show_default=False,
-    help="capacityUnit=ml.g5.xlarge,maxCapacity=3; several limits space-separated or "
-         "repeated, or a JSON list; replaces the current limits.")]  # fmt: skip
-StateOpt = Annotated[Optional[str], typer.Option("--state", help="ENABLED or DISABLED.",
-                                                 show_default=False)]  # fmt: skip
-Tags = Annotated[Optional[str], typer.Option("--tags", help="key=value,key=value or JSON.",
-                                             show_default=False)]  # fmt: skip
-
-
 def name_from_arn(value: str) -> str:
     return value.rsplit("/", 1)[-1] if value.startswith("arn:") else value
-
-
-def one(option: str, text: str | None, shape_name: str) -> Any:
-    return None if text is None else parse_param(option, text, SHAPES[shape_name])
-
-
-def many(option: str, values: list[str] | None, shape_name: str) -> list | None:
-    return parse_list_param(option, values, SHAPES[shape_name])

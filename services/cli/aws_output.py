@@ -1,5 +1,5 @@
-"""Printing the verbs' answers: JSON indented by 4 like the AWS CLI, or `--output table`
-rendered with rich (fields, items, the decision's facts, a queue snapshot)."""
+"""Printing an answer: JSON indented by 4 like the AWS CLI, or `--output table` rendered with
+rich (its fields and the decision's facts)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from quotasched.services.cli.aws_options import Output, name_from_arn
+from quotasched.services.cli.aws_options import Output
 
 
 def emit(document: dict[str, Any], output: Output,
@@ -54,17 +54,6 @@ def _render_facts(console: Console, facts: list[dict[str, Any]]) -> None:
     console.print(table)
 
 
-def render_items(console: Console, items: list[dict[str, Any]], title: str,
-                 columns: list[tuple[str, str]] | None = None) -> None:  # fmt: skip
-    if columns is None:
-        keys = list(dict.fromkeys(key for item in items for key in item))
-        columns = [(key, key) for key in keys]
-    table = _table(*(header for header, _ in columns), title=title)
-    for item in items:
-        table.add_row(*(_cell(key, item.get(key)) for _, key in columns))
-    console.print(table)
-
-
 def _cell(key: str, value: Any) -> str:
     """One value, readably: `1 ml.g5.xlarge` for capacities, `k=v` for structures."""
     if value is None:
@@ -83,32 +72,3 @@ def _cell(key: str, value: Any) -> str:
     if isinstance(value, dict):
         return ", ".join(f"{k}={_cell(k, v)}" for k, v in value.items() if v is not None)
     return str(value)
-
-
-JOB_COLUMNS = [("jobId", "jobId"), ("jobName", "jobName"), ("quota share", "quotaShareName"),
-               ("priority", "schedulingPriority"), ("status", "status"),
-               ("capacity", "capacityUsage"), ("created", "createdAt"),
-               ("statusReason", "statusReason")]  # fmt: skip
-SHARE_COLUMNS = [("quota share", "quotaShareName"), ("state", "state"),
-                 ("sharing", "resourceSharingConfiguration"), ("limits", "capacityLimits"),
-                 ("preemption", "preemptionConfiguration"), ("in use", "usage")]  # fmt: skip
-
-
-def render_snapshot(console: Console, snapshot: dict[str, Any]) -> None:
-    usage = snapshot["queueUtilization"]
-    table = _table("quota share", "in use", title="Queue utilization")
-    table.add_row("(total)", _cell("", usage["totalCapacityUsage"]) or "-")
-    for item in usage["quotaShareUtilization"]["topCapacityUtilization"]:
-        table.add_row(item["quotaShareName"], _cell("", item["capacityUsage"]))
-    console.print(table)
-    fronts = _table("quota share", "first RUNNABLE job", "since", title="Front of quota shares")
-    for share, jobs in snapshot["frontOfQuotaShares"]["quotaShares"].items():
-        head = jobs[0] if jobs else {}
-        fronts.add_row(share, name_from_arn(head.get("jobArn", "")) or "-",
-                       _cell("earliestTimeAtPosition", head.get("earliestTimeAtPosition")))
-    console.print(fronts)
-    queue = _table("#", "job", "since", title="Front of queue")
-    for position, job in enumerate(snapshot["frontOfQueue"]["jobs"], start=1):
-        queue.add_row(str(position), name_from_arn(job["jobArn"]),
-                      _cell("earliestTimeAtPosition", job["earliestTimeAtPosition"]))  # fmt: skip
-    console.print(queue)

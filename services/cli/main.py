@@ -110,11 +110,14 @@ def demo(
     file: Annotated[
         Optional[Path], typer.Option(help="With --offline: command file to narrate (default: the notebook story).")
     ] = None,
+    serve: Annotated[bool, typer.Option("--serve", help="After the story, keep the stack and its AWS Batch endpoint up until Ctrl-C.")] = False,
 ) -> None:
     """The official notebook's story, live: borrow, cross-share reclaim, in-share preemption.
 
-    Starts an embedded nats-server, the scheduler and the simulated executor in a temporary
-    directory, submits through the Python client and narrates the fact log as it grows.
+    Starts an embedded nats-server, the scheduler, the simulated executor and the AWS Batch
+    endpoint (its URL printed as AWS_ENDPOINT_URL_BATCH=...) in a temporary directory, submits
+    through the Python client and narrates the fact log as it grows.  --serve keeps it all up
+    afterwards, for the real AWS CLI, boto3 or the SageMaker SDK.
     """
     console = Console()
     if not offline:
@@ -126,7 +129,10 @@ def demo(
 
         logs.configure("WARNING")
         logging.getLogger("faststream").setLevel(logging.WARNING)
-        asyncio.run(run_demo(console))
+        try:
+            asyncio.run(run_demo(console, serve=serve))
+        except KeyboardInterrupt:
+            pass
         return
     from quotasched.services.cli.narrate import sentence
 

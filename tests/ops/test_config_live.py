@@ -86,11 +86,13 @@ def test_apply_is_idempotent_and_export_round_trips(live, tmp_path):
 
 def test_updates_deletions_and_a_refused_change(live, tmp_path):
     assert run(live, "config", "apply", str(EXAMPLE)).returncode == 0
-    submitted = run(live, "submit-service-job", "--job-name", "j", "--job-queue", "q",
-                    "--quota-share-name", "qs3", "--instance-type", "ml.g5.xlarge",
-                    "--instance-count", "1")  # fmt: skip
+    submission = tmp_path / "job.jsonl"
+    submission.write_text(json.dumps({
+        "kind": "SubmitServiceJob", "jobId": "j", "jobName": "j", "jobQueue": "q",
+        "quotaShareName": "qs3",
+        "capacityUsage": [{"capacityUnit": "ml.g5.xlarge", "quantity": 1}]}) + "\n")  # fmt: skip
+    submitted = run(live, "apply", str(submission), "--wait")
     assert submitted.returncode == 0, submitted.stderr
-    job_id = json.loads(submitted.stdout)["jobId"]
 
     document = yaml.safe_load(EXAMPLE.read_text())
     document["quotaShares"][0]["capacityLimits"][0]["maxCapacity"] = 2
@@ -110,8 +112,9 @@ def test_updates_deletions_and_a_refused_change(live, tmp_path):
         in applied.stdout
     kinds = [json.loads(line)["kind"] for line in configuration_facts(live)[len(before):]]
     assert kinds == ["QuotaShareUpdated", "QuotaShareDeleted", "QuotaShareUpdated"]
-    job = run(live, "describe-service-job", "--job-id", job_id)
-    assert json.loads(job.stdout)["status"] == "FAILED"
+    ended = [json.loads(line) for line in run(live, "facts").stdout.splitlines()]
+    assert [fact["status"] for fact in ended
+            if fact["kind"] == "JobStatusChanged" and fact["jobId"] == "j"] == ["FAILED"]  # fmt: skip
     assert "no changes" in run(live, "config", "apply", str(changed)).stdout
 
     # A second job queue on the same service environment: only the scheduler knows it refuses.
@@ -156,8 +159,8 @@ def test_apply_as_the_admin_role_under_nats_permissions(tmp_path, spawn):
         admin = read_credentials(out / "creds" / "admin.env")
         scheduler = spawn("scheduler", QUOTASCHED_NATS_URL=server.url,
                           **read_credentials(out / "creds" / "scheduler.env"))
-        wait_until(lambda: run(server.url, "describe-job-queues", **admin).returncode == 0)
-        assert run(server.url, "describe-job-queues").returncode == 2  # no credentials
+        wait_until(lambda: run(server.url, "config", "export", **admin).returncode == 0)
+        assert run(server.url, "config", "export").returncode == 2  # no credentials
         applied = run(server.url, "config", "apply", str(EXAMPLE), **admin)
         assert applied.returncode == 0, applied.stderr
         assert "applied: 6 to create" in applied.stdout

@@ -163,8 +163,8 @@ async def test_a_crashed_clients_consumer_is_removed_by_the_server(stack, monkey
     await eventually(removed, 10, what="the idle consumer removed")
 
 
-async def test_the_cli_verbs_that_wait_work_with_a_teams_credentials(stack, tmp_path):
-    """`submit-service-job --wait` and `apply --wait`, in a pipeline's environment."""
+async def test_apply_that_waits_works_with_a_teams_credentials(stack, tmp_path):
+    """`apply --wait`, in a pipeline's environment."""
     creds, admin = stack
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("QUOTASCHED_NATS")},
            **without_url(creds[TEAM]), "QUOTASCHED_NATS_URL": creds[TEAM]["url"]}  # fmt: skip
@@ -173,12 +173,6 @@ async def test_the_cli_verbs_that_wait_work_with_a_teams_credentials(stack, tmp_
         return subprocess.run([QUOTASCHED, *args, "--wait-timeout", "20"], env=env,
                               capture_output=True, text=True, timeout=60)  # fmt: skip
 
-    submitted = await asyncio.to_thread(
-        run, "submit-service-job", "--job-name", "cli", "--job-queue", "q",
-        "--quota-share-name", "qs1", "--instance-type", G5, "--wait")  # fmt: skip
-    assert submitted.returncode == 0, submitted.stderr
-    answer = json.loads(submitted.stdout)
-    assert [fact["kind"] for fact in answer["facts"]] == ["JobSubmitted", "JobDispatched"]
     commands = tmp_path / "team.jsonl"
     commands.write_text("".join(json.dumps(submission(job_id)) + "\n" for job_id in ("f1", "f2"))
                         + json.dumps(submission("f1", name="clash")) + "\n")  # fmt: skip

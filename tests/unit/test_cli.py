@@ -394,6 +394,7 @@ def test_demo_narrates_both_kinds_of_preemption():
     text = result.stdout.decode()
     assert "CROSS_SHARE_RECLAIM" in text
     assert "IN_SHARE_PRIORITY" in text
+    assert "AWS_ENDPOINT_URL_BATCH=http://127.0.0.1:" in text  # its AWS Batch endpoint
 
 
 def test_demo_in_a_narrow_terminal_still_exits_0():

@@ -12,7 +12,6 @@ from typer.core import TyperGroup
 
 from quotasched.events.commands import COMMAND_KINDS
 from quotasched.services import asyncapi
-from quotasched.services.cli import aws
 from quotasched.services.cli.main import app
 from quotasched.services.projector import api as projector_api
 from quotasched.services.scheduler import api as scheduler_api
@@ -134,7 +133,7 @@ def test_the_command_check_catches_a_wrong_command():
         with pytest.raises(AssertionError):
             _check_command(wrong)
     _check_command("quotasched projections rebuild --db x.duckdb --facts f.jsonl")
-    assert len(_shown_commands(DOCS / "migration-aws-batch.md")) >= 20
+    assert len(_shown_commands(DOCS / "migration-aws-batch.md")) >= 10
 
 
 # -- lists that must stay complete as the code grows -------------------------------------------
@@ -148,14 +147,18 @@ def test_contract_names_every_kind_and_read_verb():
     assert not missing, f"docs/contract.md does not mention {missing}"
 
 
-def test_migration_guide_pairs_every_aws_verb():
+def test_migration_guide_shows_every_operation_the_endpoint_performs():
+    """Each operation the endpoint serves, as the AWS CLI spells it (botocore's own names)."""
+    import botocore.session
+
+    from quotasched.services.endpoint.operations import OPERATIONS
+
     text = _text(DOCS / "migration-aws-batch.md")
-    verbs = [c.name for c in aws.cli.registered_commands
-             if c.rich_help_panel in (aws.PANEL_WRITE, aws.PANEL_READ)]  # fmt: skip
-    assert len(verbs) >= 18
-    for verb in verbs:
+    model = botocore.session.get_session().get_service_model("batch")
+    assert len(OPERATIONS) >= 19
+    for operation in OPERATIONS:
+        verb = botocore.xform_name(model.operation_model(operation).name, "-")
         assert f"`aws batch {verb}" in text, f"no `aws batch {verb}` in the migration guide"
-        assert f"`quotasched {verb}" in text, f"no `quotasched {verb}` in the migration guide"
 
 
 def test_operations_lists_every_setting():
