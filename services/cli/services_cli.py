@@ -91,10 +91,12 @@ def up(
         _refuse(error)
     with held:
         try:
-            if nats_url is None and port:
-                from quotasched.services.embedded import check_port_free
+            from quotasched.services.embedded import check_port_free
 
+            if nats_url is None and port:
                 check_port_free(port)  # before the server opens the store, before any log line
+            if endpoint_port:
+                check_port_free(endpoint_port)  # the AWS Batch endpoint's, likewise
             from quotasched.services.runtime import serve
 
             logs.configure()

@@ -305,6 +305,32 @@ async def test_a_port_held_by_another_up_is_a_one_line_error_and_not_a_standby(t
     assert first.stop() == 0
 
 
+def test_an_aws_port_held_by_a_listener_is_a_one_line_error_before_anything_starts(tmp_path):
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        result = run_up(*up_args(tmp_path / "data", free_port(), "--no-projector"),
+                        "--aws-port", str(port))  # fmt: skip
+    assert_one_line_error(result, f"port {port} on 127.0.0.1 is already in use")
+    assert not (tmp_path / "data" / "jetstream").exists(), "the store was opened"
+
+
+@pytest.mark.parametrize("value", ["abc", "70000", "-1"])
+def test_an_aws_port_that_is_not_a_port_is_a_one_line_error(tmp_path, value):
+    result = run_up(*up_args(tmp_path / "data", free_port()), "--aws-port", value)
+    assert_one_line_error(result, f"--aws-port must be a port (1-65535), 0 or off, not {value!r}")
+
+
+async def test_aws_port_off_serves_no_endpoint(tmp_path, ups):
+    port = free_port()
+    up = ups(tmp_path / "data", port, "--no-projector", "--aws-port", "off")
+    await announced(up, port)
+    assert up.stop() == 0  # then its output is whole
+    assert "AWS_ENDPOINT_URL_BATCH" not in up.output()
+    assert f"nats://127.0.0.1:{port}" in up.output()
+
+
 # -- a data dir that cannot be used: one line naming it ----------------------------------------
 
 
