@@ -106,6 +106,19 @@ async def create_scheduling_policy(bus, p: dict) -> dict:
     return {"name": p["name"], "arn": f"{ARN}:scheduling-policy/{p['name']}"}
 
 
+async def update_scheduling_policy(bus, p: dict) -> dict:
+    """FIFO is the only idle-resource strategy AWS's model allows, so an update of an existing
+    policy's quotaSharePolicy can only restate it: answered, with nothing to publish."""
+    if p.get("fairsharePolicy") is not None:
+        raise Refused("fairsharePolicy is not supported: quotasched schedules quota-share queues "
+                      "(give quotaSharePolicy)")  # fmt: skip
+    name = _name(p["arn"])
+    policies = (await _ask(bus, "describe-scheduling-policies"))["schedulingPolicies"]
+    if not any(policy["name"] == name for policy in policies):
+        raise Refused(f"Scheduling policy {name} does not exist")
+    return {}
+
+
 async def create_service_environment(bus, p: dict) -> dict:
     await _decide(bus, {"kind": "CreateServiceEnvironment", **p})
     name = p["serviceEnvironmentName"]
@@ -290,6 +303,7 @@ async def describe_scheduling_policies(bus, p: dict) -> dict:
 
 OPERATIONS = {
     "CreateSchedulingPolicy": create_scheduling_policy,
+    "UpdateSchedulingPolicy": update_scheduling_policy,
     "CreateServiceEnvironment": create_service_environment,
     "UpdateServiceEnvironment": update_service_environment,
     "CreateJobQueue": create_job_queue,
@@ -314,8 +328,6 @@ OPERATIONS = {
 
 # Operations of the model quotasched does not perform, and why (the rest are container Batch).
 NOT_HERE = {
-    "UpdateSchedulingPolicy": "a scheduling policy is fixed once created in quotasched (its "
-                              "command set has no update): create a new policy",
     "DeleteSchedulingPolicy": "scheduling policies are never deleted in quotasched",
     "DeleteJobQueue": "job queues are never deleted in quotasched: disable one with "
                       "update-job-queue --state DISABLED",

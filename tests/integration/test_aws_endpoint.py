@@ -236,6 +236,12 @@ def test_the_same_story_through_boto3_with_its_paginator(endpoint):
                              resourceSharingConfiguration={"strategy": "LEND"})
     assert batch.describe_service_job(jobId=ids["low"])["status"] == "SCHEDULED"
 
+    # FIFO is the model's only strategy: an update restates it; an unknown policy is refused
+    batch.update_scheduling_policy(arn=policy["arn"],
+                                   quotaSharePolicy={"idleResourceAssignmentStrategy": "FIFO"})
+    with pytest.raises(ClientError, match="Scheduling policy sp-none does not exist"):
+        batch.update_scheduling_policy(arn="arn:aws:batch:local:000000000000:scheduling-policy/sp-none",
+                                       quotaSharePolicy={"idleResourceAssignmentStrategy": "FIFO"})
     with pytest.raises(ClientError) as refused:
         batch.describe_service_job(jobId="nope")
     assert refused.value.response["Error"] == {"Code": "ClientException",
