@@ -19,6 +19,7 @@ COMMANDS_STREAM = "QM_COMMANDS"
 FACTS_STREAM = "QM_FACTS"
 LEASES_BUCKET = "QM_LEASES"
 SNAPSHOTS_BUCKET = "QM_SNAPSHOTS"
+FLEET_BUCKET = "QM_FLEET"  # the GPU agents' heartbeats, placements and capacity (executors/fleet.py)
 
 COMMANDS_PREFIX = "qm.cmd"
 FACTS_PREFIX = "qm.fact"

@@ -9,6 +9,8 @@ only as a bcrypt hash), and one credentials file per role (the password itself).
   scheduler, projector   the services; only the scheduler may append to the fact log
   executor               publishes ReportJobStatus (on any job's subject) and reads the fact
                          log through consumers; nothing else
+  agent                  an executor that also keeps a GPU fleet: the QM_FLEET bucket,
+                         UpdateServiceEnvironment, describe-service-environments
   pipeline-<q>-<share>   publishes SubmitServiceJob, UpdateServiceJob and TerminateServiceJob
                          on its own share's subjects only, reads its own share's facts
                          through a consumer whose filter is its share (the server refuses to
@@ -48,6 +50,7 @@ from quotasched.events.subjects import (
     COMMANDS_PREFIX,
     COMMANDS_STREAM,
     FACTS_PREFIX,
+    FLEET_BUCKET,
     FACTS_STREAM,
     LEASES_BUCKET,
     SNAPSHOTS_BUCKET,
@@ -247,6 +250,7 @@ def roles(shares: Iterable[tuple[str, str]]) -> list[Role]:
                                   f"$JS.ACK.{FACTS_STREAM}.>"],
              subscribe=[]),
     ]  # fmt: skip
+    out.append(agent_role(out[-1]))
     for queue, share in sorted(set(shares)):
         name = f"pipeline-{queue}-{share}"
         out.append(Role(
@@ -257,6 +261,20 @@ def roles(shares: Iterable[tuple[str, str]]) -> list[Role]:
             subscribe=[], job_queue=queue,
         ))  # fmt: skip
     return out
+
+
+def agent_role(executor: Role) -> Role:
+    """A GPU agent (services/executors/agent.py) is an executor that also keeps its fleet: the
+    fleet's KV bucket (heartbeats, claims, the capacity it published; created by the first
+    agent), the capacity command, and the question of what the environment's limits are."""
+    kv = f"KV_{FLEET_BUCKET}"
+    return Role("agent", publish=[
+        *executor.publish, f"{COMMANDS_PREFIX}.~.~.UpdateServiceEnvironment",
+        f"{API_PREFIX}.~.describe-service-environments", f"$KV.{FLEET_BUCKET}.>",
+        *_js(f"STREAM.INFO.{kv}", f"STREAM.CREATE.{kv}", f"CONSUMER.CREATE.{kv}",
+             f"CONSUMER.CREATE.{kv}.>", f"STREAM.MSG.GET.{kv}", f"DIRECT.GET.{kv}",
+             f"DIRECT.GET.{kv}.>"),
+        f"$JS.FC.>"], subscribe=[])  # fmt: skip
 
 
 def shares_of(path: str | Path) -> list[tuple[str, str]]:

@@ -46,20 +46,22 @@ class Stack:
                  executor_state_dir: str | None = None,
                  executor_job_queue: str | None = None,
                  data_lock: DataDirLock | None = None,
-                 aws_port: int | None = None):  # fmt: skip
+                 aws_port: int | None = None, agent=None):  # fmt: skip
         """`projector_db`: run a projector writing that DuckDB file.  If it stops on a fact it
         cannot apply, the rest of the stack runs on (the projection is disposable; the
         scheduler does not depend on it) and `failed` holds the error, unless
         `projector_required` (`quotasched projector`), which stops the whole stack.
         `data_lock`: the data directory's lock `up` holds; the embedded server inherits it,
         so the store stays locked while the server lives.  `aws_port`: serve the AWS Batch
-        endpoint on loopback at that port (0: a free one; None: not at all)."""
+        endpoint on loopback at that port (0: a free one; None: not at all).  `agent`: the
+        GPU agent's options (services/executors/agent.py), with executor "agent"."""
         self.settings = settings
         self.port = port
         self.executor_kind = executor
         self.executor_name = executor_name
         self.executor_state_dir = executor_state_dir  # its ledger (services/executors/ledger.py)
         self.executor_job_queue = executor_job_queue  # serve that job queue only
+        self.agent = agent  # AgentOptions, when the executor is the GPU agent
         self.data_lock = data_lock
         self.speed = speed
         self.with_scheduler = scheduler
@@ -106,10 +108,15 @@ class Stack:
             await self._start_projector()
         if self.executor_kind != "none":
             broker = NatsBroker(self.url.split(","), logger=None, **broker_options())
-            executor = build_executor(broker, self.executor_kind, speed=self.speed,
-                                      name=self.executor_name,
-                                      state_dir=self.executor_state_dir,
-                                      job_queue=self.executor_job_queue)  # fmt: skip
+            if self.executor_kind == "agent":
+                from quotasched.services.executors.agent import build_agent
+
+                executor = await build_agent(broker, nc, self.agent, self.executor_state_dir)
+            else:
+                executor = build_executor(broker, self.executor_kind, speed=self.speed,
+                                          name=self.executor_name,
+                                          state_dir=self.executor_state_dir,
+                                          job_queue=self.executor_job_queue)  # fmt: skip
             await catch_up(nc.jetstream(), executor, on_fatal=self._executor_lost)
             self._exit.push_async_callback(executor.watch.stop)  # also if the start fails
             await broker.start()  # its subscriber creates (or resumes) the durable consumer
@@ -117,6 +124,8 @@ class Stack:
             self._exit.push_async_callback(executor.close)  # first: reports while connected
             await executor.watch.first_look()  # now it knows how to recreate it if deleted
             await executor.recover()
+            if self.executor_kind == "agent":
+                await executor.join()  # advertised only once what a crash left is stopped
         if self.aws_port is not None:
             await self._start_endpoint()
         return self
@@ -250,7 +259,8 @@ class Stack:
 
 async def serve(settings: Settings, *, port: int | None, executor: str, speed: float,
                 announce: Callable[[str], None], projector_db: str | None = None,
-                data_lock: DataDirLock | None = None, aws_port: int | None = None) -> int:  # fmt: skip
+                data_lock: DataDirLock | None = None, aws_port: int | None = None,
+                agent=None) -> int:  # fmt: skip
     """Run until SIGINT/SIGTERM; the first thing announced is the NATS URL, then (with
     `aws_port`) `AWS_ENDPOINT_URL_BATCH=<the AWS Batch endpoint's URL>`.  Returns the exit
     status: 1 if the projector stopped on a fact it could not apply, else 0.  `data_lock`:
@@ -259,7 +269,7 @@ async def serve(settings: Settings, *, port: int | None, executor: str, speed: f
     # the attempts a killed `up` left running (services/executors/ledger.py).
     async with Stack(settings, port=port, executor=executor, speed=speed,
                      projector_db=projector_db, executor_state_dir=settings.data_dir,
-                     data_lock=data_lock, aws_port=aws_port) as stack:  # fmt: skip
+                     data_lock=data_lock, aws_port=aws_port, agent=agent) as stack:  # fmt: skip
         announce(stack.url)
         if stack.endpoint is not None:
             announce(f"AWS_ENDPOINT_URL_BATCH={stack.endpoint.url}")

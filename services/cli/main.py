@@ -228,6 +228,7 @@ from quotasched.services.cli.auth_cli import register as _auth; _auth(app)  # no
 from quotasched.services.cli.endpoint_cli import register as _endpoint; _endpoint(app)  # noqa: E402,E702  (endpoint: the AWS Batch API process)
 from quotasched.services.cli.simulate_cli import register as _simulate; _simulate(app)  # noqa: E402,E702  (simulate, synth-trace)
 from quotasched.services.cli.config_cli import register as _config; _config(app)  # noqa: E402,E702  (config apply, export)
+from quotasched.services.cli.agent_cli import register as _agent; _agent(app)  # noqa: E402,E702  (agent: a GPU host; logs)
 
 
 def main() -> None:

@@ -50,7 +50,7 @@ def up(
     nats_url: NatsUrl = None,
     data_dir: Annotated[Path, typer.Option("--data-dir", help="Where the embedded server keeps its streams.")] = Path(".quotasched"),
     port: Annotated[Optional[int], typer.Option("--port", help="Port of the embedded server (default: a free one).")] = None,
-    executor: Annotated[str, typer.Option("--executor", help="simulated, process or none")] = "simulated",
+    executor: Annotated[str, typer.Option("--executor", help="simulated, process, agent (this host's GPUs: --gpus, --capacity-unit, --service-environment) or none")] = "simulated",
     speed: Annotated[float, typer.Option("--speed", help="Simulated executor: time speed-up factor.")] = 1.0,
     db: Annotated[Optional[Path], typer.Option("--db", help="The projector's DuckDB file (default: <data-dir>/quotasched.duckdb).")] = None,
     no_projector: Annotated[bool, typer.Option("--no-projector", help="Do not run the projector.")] = False,
@@ -59,6 +59,9 @@ def up(
         "--aws-port", help="Serve the AWS Batch API (rest-json, for `aws batch --endpoint-url` "
                            "and boto3) on 127.0.0.1 at this port (default: a free one; 0 or "
                            "off: not at all).", show_default=False)] = None,
+    gpus: Annotated[Optional[str], typer.Option("--gpus", help="--executor agent: the GPUs to hand out (0,1,2; default: NVML's).", show_default=False)] = None,
+    capacity_unit: Annotated[Optional[str], typer.Option("--capacity-unit", help="--executor agent: the unit one GPU is.", show_default=False)] = None,
+    service_environment: Annotated[Optional[str], typer.Option("--service-environment", help="--executor agent: the service environment whose capacity the GPUs are.", show_default=False)] = None,
 ) -> None:
     """Start everything: nats-server (unless --nats-url), the scheduler, the projector and an
     executor.
@@ -81,9 +84,16 @@ def up(
     from quotasched.services.embedded import ServerStartError
     from quotasched.services.endpoint.server import EndpointError
 
-    if executor not in ("simulated", "process", "none"):
-        typer.echo("quotasched up: --executor must be simulated, process or none", err=True)
+    if executor not in ("simulated", "process", "agent", "none"):
+        typer.echo("quotasched up: --executor must be simulated, process, agent or none",
+                   err=True)  # fmt: skip
         raise typer.Exit(2)
+    agent = None
+    if executor == "agent":  # this host's GPU agent, its logs in <data-dir>/logs
+        from quotasched.services.cli.agent_cli import agent_options
+
+        agent = agent_options("up", gpus, capacity_unit, service_environment,
+                              logs_dir=str(data_dir / "logs"))  # fmt: skip
     endpoint_port = _aws_port(aws_port)
     try:  # before anything touches the store: no second `up` on it, no traceback for a bad dir
         held = lock(data_dir, store=nats_url is None)
@@ -105,7 +115,7 @@ def up(
             code = asyncio.run(serve(settings, port=port, executor=executor, speed=speed,
                                      announce=lambda url: print(url, flush=True),
                                      projector_db=projector_db, data_lock=held,
-                                     aws_port=endpoint_port))  # fmt: skip
+                                     aws_port=endpoint_port, agent=agent))  # fmt: skip
         except ServerStartError as error:
             _refuse(error)
         except EndpointError as error:

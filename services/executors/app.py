@@ -25,10 +25,13 @@ natsfix.install()  # every fact an executor reads carries four headers; see serv
 
 log = logs.get("quotasched.executor")
 
-# Only the facts an executor acts on; everything else stays on the server.
-EXECUTOR_FACTS = ("JobSubmitted", "JobDispatched", "JobPreempted", "JobStatusChanged")
-# The ones that say how to run a job, or that it is over (Executor.learn).
-LEARNED = ("JobSubmitted", "JobPreempted", "JobStatusChanged")
+# Only the facts an executor acts on; everything else stays on the server.  A job queue's
+# facts name its service environment, which the GPU agent serves (agent.py).
+EXECUTOR_FACTS = ("JobSubmitted", "JobDispatched", "JobPreempted", "JobStatusChanged",
+                  "JobQueueCreated", "JobQueueUpdated")  # fmt: skip
+# The ones that say how to run a job, or that it is over, or where (Executor.learn).
+LEARNED = ("JobSubmitted", "JobPreempted", "JobStatusChanged", "JobQueueCreated",
+           "JobQueueUpdated")  # fmt: skip
 
 
 def build_executor(broker: NatsBroker, kind: str, *, speed: float = 1.0, grace_s: float = 10.0,
@@ -40,9 +43,6 @@ def build_executor(broker: NatsBroker, kind: str, *, speed: float = 1.0, grace_s
     `job_queue`: serve that job queue only (its facts, `qm.fact.<queue>.>`); the default name
     is then `<kind>-<queue>`, so one executor per queue can run side by side."""
 
-    async def publish(subject: str, data: bytes) -> None:
-        await broker.publish(data, subject, stream=COMMANDS_STREAM)
-
     if kind not in ("simulated", "process"):
         raise ValueError(f"unknown executor kind {kind!r}: simulated or process")
     if job_queue is not None and not re.fullmatch(NAME_PATTERN, job_queue):
@@ -50,10 +50,25 @@ def build_executor(broker: NatsBroker, kind: str, *, speed: float = 1.0, grace_s
     durable = consumer_name(kind, name, job_queue)
     ledger = Ledger(os.path.join(state_dir, f"{durable}.json")) if state_dir is not None else None
     fact_filter = f"{FACTS_PREFIX}.>" if job_queue is None else f"{FACTS_PREFIX}.{job_queue}.>"
+    publish = commands_publisher(broker)
     if kind == "simulated":
         executor: Executor = SimulatedExecutor(publish, speed=speed, ledger=ledger)
     else:
         executor = ProcessExecutor(publish, grace_s=grace_s, ledger=ledger)
+    return subscribe(broker, executor, durable, fact_filter)
+
+
+def commands_publisher(broker: NatsBroker):
+    """An executor's `publish`: its reports (and the agent's capacity updates) to QM_COMMANDS."""
+
+    async def publish(subject: str, data: bytes) -> None:
+        await broker.publish(data, subject, stream=COMMANDS_STREAM)
+
+    return publish
+
+
+def subscribe(broker: NatsBroker, executor: Executor, durable: str, fact_filter: str) -> Executor:
+    """Register `executor`'s durable subscriber on the fact log (`fact_filter`) on `broker`."""
 
     async def on_fact(fact: dict, msg: NatsMessage) -> None:  # the decoded JSON object
         if fact.get("kind") in EXECUTOR_FACTS:

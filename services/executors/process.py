@@ -50,14 +50,29 @@ class ProcessExecutor(Executor):
         self.workdir = workdir
         self.processes: dict[tuple[str, int], asyncio.subprocess.Process] = {}
 
+    def environment(self, attempt: Attempt) -> dict[str, str]:
+        """The attempt's process environment (the GPU agent adds CUDA_VISIBLE_DEVICES)."""
+        return {**os.environ, "QUOTASCHED_JOB_ID": attempt.job_id,
+                "QUOTASCHED_ATTEMPT": str(attempt.attempt)}  # fmt: skip
+
+    def log_path(self, attempt: Attempt) -> str | None:
+        """Where the attempt's stdout and stderr go; None: nowhere (this executor keeps no
+        logs; the GPU agent keeps one file per attempt)."""
+        return None
+
     async def execute(self, attempt: Attempt) -> tuple[str, str | None]:
         argv = command_line(attempt.spec)
-        env = {**os.environ, "QUOTASCHED_JOB_ID": attempt.job_id,
-               "QUOTASCHED_ATTEMPT": str(attempt.attempt)}  # fmt: skip
-        process = await asyncio.create_subprocess_exec(
-            *argv, cwd=self.workdir, env=env, start_new_session=True,
-            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
-        )  # fmt: skip
+        path = self.log_path(attempt)
+        output = _open_log(path) if path is not None else None
+        try:
+            process = await asyncio.create_subprocess_exec(
+                *argv, cwd=self.workdir, env=self.environment(attempt), start_new_session=True,
+                stdout=output or asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.STDOUT if output else asyncio.subprocess.DEVNULL,
+            )  # fmt: skip
+        finally:
+            if output is not None:
+                output.close()  # the process has its own copy of the descriptor
         key = (attempt.job_id, attempt.attempt)
         self.processes[key] = process
         self.note(attempt, process.pid, process_started(process.pid))
@@ -93,3 +108,9 @@ class ProcessExecutor(Executor):
                 if not process_alive(entry.pid, entry.pid_started):
                     return
                 await asyncio.sleep(0.05)
+
+
+def _open_log(path: str):
+    """The attempt's log file, appended to (a retried attempt has its own file)."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    return open(path, "ab")

@@ -101,7 +101,7 @@ def secured(tmp_path, generated):
 def test_generate_writes_one_user_per_role_and_private_files(generated):
     users = json.loads(generated.joinpath("nats-server.conf").read_text().split("\n", 2)[2])
     names = [user["user"] for user in users["authorization"]["users"]]
-    assert names == ["admin", "scheduler", "projector", "executor",
+    assert names == ["admin", "scheduler", "projector", "executor", "agent",
                      "pipeline-q-qs1", "pipeline-q-qs2", "pipeline-q-qs3"]  # fmt: skip
     for path in [generated / "nats-server.conf", *generated.joinpath("creds").iterdir()]:
         assert path.stat().st_mode & 0o077 == 0, f"{path} is readable by others"

@@ -1,0 +1,393 @@
+"""The GPU agent: one per host of an on-prem fleet, several sharing one service environment.
+
+It is the process executor (process.py: the command from the job's tags or payload, its own
+session, SIGTERM then SIGKILL after the grace period, the ledger) with GPUs to hand out:
+- each host advertises its GPUs, one instance of its capacity unit per GPU, in the fleet's
+  KV bucket, and the fleet's capacity follows the live hosts (fleet.py);
+- every agent sees every `JobDispatched` of its service environment's job queue; the attempt
+  is placed by exactly one agent that has enough free GPUs of its own for all of it (the
+  `capacityUsage` quantity: two free GPUs on two hosts do not place a two-GPU job), through a
+  create-only claim per (job, attempt).  An attempt no agent could place within
+  `place_timeout_s` is reported INSUFFICIENT_CAPACITY once, by the agent whose "none" claim
+  won; the scheduler then queues the job again;
+- the attempt's process gets CUDA_VISIBLE_DEVICES set to exactly its GPUs, and its stdout and
+  stderr go to `<logs_dir>/<job>/<attempt>.log` (`<attempt>.exit` says how it ended, once it
+  has); two attempts never hold the same GPU, and a stopped attempt's GPUs are free only once
+  its process has exited;
+- `afterPreemptionOf`: the preemptor waits (at most `victim_timeout_s`) until its victims have
+  stopped, here (their process exited) or on another host (its heartbeat no longer lists them,
+  or the host is no longer live), then it is placed.
+
+Each agent also appends what it did to `<state_dir>/agent-<host>.records.jsonl` (claim,
+start with pid, end; wall-clock nanoseconds), for audits and the tests' invariant checker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import socket
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from quotasched.services import logs
+from quotasched.services.executors.base import Attempt, Publish
+from quotasched.services.executors.fleet import Fleet
+from quotasched.services.executors.ledger import Entry, Ledger
+from quotasched.services.executors.process import ProcessExecutor
+
+log = logs.get("quotasched.agent")
+
+HOST_PATTERN = r"[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*"  # a KV key token each, like a DNS name
+
+
+class GpuError(RuntimeError):
+    """The GPUs could not be found (no NVML bindings, no driver)."""
+
+
+def discover_gpus() -> list[str]:
+    """The indices of this host's NVIDIA GPUs, through NVML (nvidia-ml-py, imported only here:
+    an agent given --gpus needs neither the bindings nor a driver)."""
+    try:
+        import pynvml
+    except ImportError:
+        raise GpuError("the NVML bindings are not installed (pip install 'quotasched[gpu]'); "
+                       "or name the GPUs with --gpus 0,1,...") from None  # fmt: skip
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as error:
+        raise GpuError(f"no NVIDIA driver answers ({error}); name the GPUs with --gpus 0,1,...") from None
+    try:
+        return [str(index) for index in range(pynvml.nvmlDeviceGetCount())]
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def parse_gpus(text: str) -> list[str]:
+    """`--gpus 0,1,2`: GPU indices (or UUIDs), as CUDA_VISIBLE_DEVICES names them."""
+    gpus = [part.strip() for part in text.replace(" ", ",").split(",") if part.strip()]
+    if not gpus or len(set(gpus)) != len(gpus) or not all(re.fullmatch(r"[A-Za-z0-9_-]+", g) for g in gpus):
+        raise ValueError(f"--gpus {text!r}: distinct GPU indices (or UUIDs), comma-separated")
+    return gpus
+
+
+@dataclass
+class AgentOptions:
+    gpus: list[str]
+    capacity_unit: str
+    service_environment: str
+    host: str = field(default_factory=socket.gethostname)
+    logs_dir: str | None = None  # default <state_dir>/logs
+    grace_s: float = 10.0
+    place_timeout_s: float = 10.0
+    victim_timeout_s: float = 60.0
+    heartbeat_s: float = 2.0
+    host_timeout_s: float = 10.0
+
+    def check(self) -> None:
+        if not re.fullmatch(HOST_PATTERN, self.host):
+            raise ValueError(f"host name {self.host!r}: letters, digits, '-', '_' and dots")
+        if self.host_timeout_s <= 2 * self.heartbeat_s:
+            raise ValueError("the host timeout must be more than two heartbeats")
+
+    @property
+    def durable(self) -> str:
+        """Its consumer and ledger name: one per host (a consumer name has no dots)."""
+        return f"executor-agent-{self.host.replace('.', '_')}"
+
+
+class GpuAgent(ProcessExecutor):
+    name = "agent"
+
+    def __init__(self, publish: Publish, options: AgentOptions, fleet: Fleet,
+                 ledger: Ledger | None = None, state_dir: str | None = None):  # fmt: skip
+        super().__init__(publish, grace_s=options.grace_s, ledger=ledger)
+        self.options = options
+        self.fleet = fleet
+        self.logs_dir = options.logs_dir or os.path.join(state_dir or ".quotasched", "logs")
+        self.records_path = (os.path.join(state_dir, f"agent-{options.host}.records.jsonl")
+                             if state_dir is not None else None)  # fmt: skip
+        self.held: dict[str, tuple[str, int]] = {}  # GPU -> the attempt holding it
+        self.holding: dict[tuple[str, int], dict[str, Any]] = {}  # attempt -> heartbeat entry
+        self.placing: dict[str, tuple[int, asyncio.Task]] = {}  # job -> (attempt, its task)
+        self.queue_environment: dict[str, str] = {}  # job queue -> its service environment
+        self.preempted: dict[str, int] = {}  # job -> its last preempted attempt
+        self.freed = asyncio.Event()  # pulsed whenever GPUs are given back
+        self.changed = asyncio.Event()  # what this host holds changed: beat now
+        self._beating: asyncio.Task | None = None
+
+    # -- the fact log ------------------------------------------------------------------------
+
+    def learn(self, fact: dict[str, Any]) -> None:
+        super().learn(fact)
+        kind = fact.get("kind")
+        if kind in ("JobQueueCreated", "JobQueueUpdated"):
+            self.queue_environment[fact["jobQueue"]] = fact["serviceEnvironment"]
+        elif kind == "JobPreempted":
+            self.preempted[fact["jobId"]] = fact["attempt"]
+
+    def serves(self, fact: dict[str, Any]) -> bool:
+        """A dispatch in this fleet's service environment, of this host's unit only."""
+        usage = fact.get("capacityUsage") or []
+        return (self.queue_environment.get(fact["jobQueue"]) == self.options.service_environment
+                and bool(usage) and all(u["capacityUnit"] == self.options.capacity_unit for u in usage))
+
+    async def _dispatched(self, fact: dict[str, Any]) -> None:
+        """Placing can take a while (victims stopping, GPUs freed elsewhere): it runs beside
+        the log, which goes on being read (a preemption or termination of it included)."""
+        key = (fact["jobId"], fact["attempt"])
+        if key in self.started or not self.serves(fact):
+            return
+        self.started.add(key)
+        task = asyncio.create_task(self._place_and_run(fact))
+        self.placing[fact["jobId"]] = (fact["attempt"], task)
+
+    async def _stop(self, job_id: str, attempt_number: int) -> None:
+        placing = self.placing.get(job_id)
+        if placing is not None and placing[0] == attempt_number:
+            placing[1].cancel()  # not started yet: there is nothing to stop but the placing
+            await asyncio.gather(placing[1], return_exceptions=True)
+            return
+        await super()._stop(job_id, attempt_number)
+
+    # -- placing -----------------------------------------------------------------------------
+
+    async def _place_and_run(self, fact: dict[str, Any]) -> None:
+        job_id, number = fact["jobId"], fact["attempt"]
+        attempt = Attempt(job_id, number, fact["jobQueue"], fact["quotaShareName"],
+                          self.specs.get(job_id, {"tags": {}, "payload": None}))  # fmt: skip
+        need = sum(usage["quantity"] for usage in fact["capacityUsage"])
+        try:
+            await self._wait_for_victims(fact.get("afterPreemptionOf") or [])
+            gpus = await self._place(attempt, need)
+        finally:
+            if self.placing.get(job_id, (None,))[0] == number:
+                del self.placing[job_id]
+        if gpus is None:
+            return
+        attempt.task = asyncio.current_task()
+        self.running[job_id] = attempt
+        self.note(attempt)
+        try:
+            await self._run(attempt)
+        finally:
+            self._release(attempt)
+
+    async def _wait_for_victims(self, victims: list[str]) -> None:
+        """Until every victim has stopped, here or on another host; at most victim_timeout_s
+        (a host that cannot say is lost after its own timeout anyway)."""
+        deadline = time.monotonic() + self.options.victim_timeout_s
+        for victim in victims:
+            while self._victim_running(victim):
+                if time.monotonic() > deadline:
+                    log.warning("victim still running after the wait; starting anyway", job_id=victim)
+                    return
+                await asyncio.sleep(0.05)
+
+    def _victim_running(self, victim: str) -> bool:
+        preempted = self.preempted.get(victim, 0)
+        local = self.running.get(victim)
+        if local is not None and local.attempt <= preempted and not local.stopped.is_set():
+            return True
+        if any(job == victim and n <= preempted for job, n in self.holding):
+            return True  # stopped, but its GPUs are not given back yet
+        return self.fleet.runs_elsewhere(victim, preempted)
+
+    async def _place(self, attempt: Attempt, need: int) -> list[str] | None:
+        """Claim the attempt with `need` of this host's free GPUs as soon as it has them,
+        unless another agent claimed it first; past the placing timeout, claim it "none" and
+        report INSUFFICIENT_CAPACITY (one agent wins that claim).  Returns the GPUs, or None
+        when this agent does not run it."""
+        job_id, number = attempt.job_id, attempt.attempt
+        deadline = time.monotonic() + self.options.place_timeout_s
+        while True:
+            if await self.fleet.claimed(job_id, number):
+                return None
+            free = [gpu for gpu in self.options.gpus if gpu not in self.held]
+            if len(free) >= need:
+                gpus = free[:need]
+                self._hold(attempt, gpus)  # before the claim's round trip: nobody else takes them
+                try:
+                    won = await self.fleet.claim(job_id, number, {"host": self.options.host, "gpus": gpus})
+                except BaseException:
+                    self._release(attempt)
+                    raise
+                if not won:
+                    self._release(attempt)
+                    return None
+                self.record("claim", attempt, gpus=gpus)
+                return gpus
+            if time.monotonic() >= deadline:
+                if await self.fleet.claim(job_id, number, {"host": self.options.host, "none": True}):
+                    log.warning("no host can place the attempt", job_id=job_id, attempt=number, gpus=need)
+                    self.record("insufficient", attempt, gpus=[])
+                    await self.report(attempt, "INSUFFICIENT_CAPACITY",
+                                      f"No host has {need} free GPUs of {self.options.capacity_unit}")
+                return None
+            self.freed.clear()
+            try:
+                await asyncio.wait_for(self.freed.wait(), 0.1)
+            except (asyncio.TimeoutError, TimeoutError):
+                pass  # look at the claim again: another agent may have placed it
+
+    def _hold(self, attempt: Attempt, gpus: list[str]) -> None:
+        for gpu in gpus:
+            self.held[gpu] = (attempt.job_id, attempt.attempt)
+        self.holding[(attempt.job_id, attempt.attempt)] = {
+            "jobId": attempt.job_id, "attempt": attempt.attempt, "jobQueue": attempt.job_queue,
+            "share": attempt.share, "gpus": gpus}  # fmt: skip
+        self.changed.set()
+
+    def _release(self, attempt: Attempt) -> None:
+        key = (attempt.job_id, attempt.attempt)
+        entry = self.holding.pop(key, None)
+        for gpu in entry["gpus"] if entry else []:
+            if self.held.get(gpu) == key:
+                del self.held[gpu]
+        self.freed.set()
+        self.changed.set()
+
+    # -- running -----------------------------------------------------------------------------
+
+    def gpus_of(self, attempt: Attempt) -> list[str]:
+        entry = self.holding.get((attempt.job_id, attempt.attempt))
+        return entry["gpus"] if entry else []
+
+    def environment(self, attempt: Attempt) -> dict[str, str]:
+        return {**super().environment(attempt),
+                "CUDA_VISIBLE_DEVICES": ",".join(self.gpus_of(attempt))}  # fmt: skip
+
+    def log_path(self, attempt: Attempt) -> str:
+        return attempt_log(self.logs_dir, attempt.job_id, attempt.attempt)
+
+    def note(self, attempt: Attempt, pid: int | None = None, pid_started: str | None = None) -> None:
+        super().note(attempt, pid, pid_started)
+        if pid is not None:
+            self.record("start", attempt, gpus=self.gpus_of(attempt), pid=pid)
+
+    async def execute(self, attempt: Attempt) -> tuple[str, str | None]:
+        try:
+            status, reason = await super().execute(attempt)
+        except asyncio.CancelledError:
+            raise  # `interrupt` stops the process and records the end
+        except Exception as error:  # no command, or it could not start
+            self._ended(attempt, f"FAILED {error}")
+            raise
+        self._ended(attempt, status if reason is None else f"{status} {reason}")
+        return status, reason
+
+    async def end_lost(self, entry: Entry):
+        """A previous run's process, stopped before this host advertises itself again."""
+        ended = await super().end_lost(entry)
+        self._ended(Attempt(entry.job_id, entry.attempt, entry.job_queue, entry.share, {}), "LOST")
+        return ended
+
+    async def interrupt(self, attempt: Attempt) -> None:
+        await super().interrupt(attempt)
+        self._ended(attempt, "STOPPED")
+
+    def _ended(self, attempt: Attempt, how: str) -> None:
+        """The process has exited: say so in the records and beside the log (`logs --follow`
+        stops there)."""
+        self.record("end", attempt, gpus=self.gpus_of(attempt), how=how)
+        path = self.log_path(attempt)
+        if os.path.exists(path):
+            with open(exit_path(path), "w", encoding="utf-8") as handle:
+                handle.write(how + "\n")
+
+    def record(self, event: str, attempt: Attempt, **details: Any) -> None:
+        if self.records_path is None:
+            return
+        line = {"event": event, "host": self.options.host, "jobId": attempt.job_id,
+                "attempt": attempt.attempt, "ns": time.time_ns(), **details}  # fmt: skip
+        os.makedirs(os.path.dirname(self.records_path) or ".", exist_ok=True)
+        with open(self.records_path, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(line) + "\n")
+
+    # -- the fleet ---------------------------------------------------------------------------
+
+    def heartbeat(self) -> dict[str, Any]:
+        return {"host": self.options.host, "serviceEnvironment": self.options.service_environment,
+                "capacityUnit": self.options.capacity_unit, "gpus": self.options.gpus,
+                "attempts": list(self.holding.values()), "state": "up"}  # fmt: skip
+
+    async def join(self) -> None:
+        """Advertise this host (after `recover` stopped what a previous run left), then beat
+        and keep the fleet's capacity until `close`."""
+        await self.fleet.watch()
+        await self.fleet.beat(self.heartbeat())
+        self._beating = asyncio.create_task(self._beat_forever())
+
+    async def _beat_forever(self) -> None:
+        while True:
+            try:
+                await asyncio.wait_for(self.changed.wait(), self.options.heartbeat_s)
+            except (asyncio.TimeoutError, TimeoutError):
+                pass
+            self.changed.clear()
+            try:
+                if not await self.fleet.beat(self.heartbeat()):
+                    await self._fenced()
+                await self.fleet.keep(self._report_for_keeper)
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:  # the bus is away: the next beat tries again
+                log.warning("heartbeat failed", host=self.options.host, error=repr(error))
+
+    async def _fenced(self) -> None:
+        """Declared lost while alive (too slow): the keeper reported this host's attempts
+        FAILED and may have run them elsewhere, so stop them here without a report, then
+        advertise again with nothing held."""
+        for job_id, (number, _) in list(self.placing.items()):
+            await self._stop(job_id, number)
+        for attempt in list(self.running.values()):
+            await self._stop(attempt.job_id, attempt.attempt)
+        self.fleet.revision = None
+        await self.fleet.beat(self.heartbeat())
+
+    async def _report_for_keeper(self, entry: dict[str, Any], status: str, reason: str) -> None:
+        attempt = Attempt(entry["jobId"], entry["attempt"], entry["jobQueue"], entry["share"], {})
+        await self.report(attempt, status, reason)
+
+    async def close(self) -> None:
+        """Stop placing, stop and report the running attempts (base), leave the fleet."""
+        if self._beating is not None:
+            self._beating.cancel()
+            await asyncio.gather(self._beating, return_exceptions=True)
+        for _, task in list(self.placing.values()):
+            task.cancel()
+        await asyncio.gather(*(task for _, task in list(self.placing.values())), return_exceptions=True)
+        await super().close()
+        try:
+            await self.fleet.leave(self.heartbeat())
+        except Exception as error:  # the bus is gone: the keeper will find the host lapsed
+            log.warning("could not leave the fleet", host=self.options.host, error=repr(error))
+        await self.fleet.stop()
+
+
+def attempt_log(logs_dir: str, job_id: str, attempt: int) -> str:
+    return os.path.join(logs_dir, job_id, f"{attempt}.log")
+
+
+def exit_path(log_path: str) -> str:
+    return log_path.removesuffix(".log") + ".exit"
+
+
+async def build_agent(broker, nc, options: AgentOptions, state_dir: str | None):
+    """The agent with its subscriber registered on `broker` (like app.build_executor; start the
+    broker after, `recover`, then `join`)."""
+    from quotasched.events.subjects import FACTS_PREFIX
+    from quotasched.services.executors.app import commands_publisher, subscribe
+    from quotasched.services.executors.fleet import fleet_bucket
+
+    options.check()
+    publish = commands_publisher(broker)
+    kv = await fleet_bucket(nc.jetstream())
+    fleet = Fleet(kv, nc, publish, options.host, options.service_environment,
+                  heartbeat_s=options.heartbeat_s, host_timeout_s=options.host_timeout_s)  # fmt: skip
+    ledger = Ledger(os.path.join(state_dir, f"{options.durable}.json")) if state_dir else None
+    agent = GpuAgent(publish, options, fleet, ledger=ledger, state_dir=state_dir)
+    return subscribe(broker, agent, options.durable, f"{FACTS_PREFIX}.>")
