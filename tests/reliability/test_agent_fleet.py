@@ -150,6 +150,13 @@ async def running_on(tmp_path: Path, hosts: list[str], job_id: str) -> str | Non
     return found[-1]["host"] if found else None
 
 
+async def logs_written(tmp_path: Path, hosts: list[str]) -> bool:
+    """Every started attempt's process has printed its first line (a start that happened just
+    now may not have yet)."""
+    return all((tmp_path / r["host"] / "logs" / r["jobId"] / f"{r['attempt']}.log").read_text()
+               for r in read_records([tmp_path / h for h in hosts]) if r["event"] == "start")
+
+
 # -- the tests ---------------------------------------------------------------------------------
 
 
@@ -197,6 +204,7 @@ async def test_agents_place_whole_attempts_preempt_in_order_and_follow_the_live_
         await eventually(lambda: capacity_is(bus, 4), 20, what="capacity 4 after h2's return")
         assert (await capacities(bus))[-3:] == [4, 2, 4]
 
+        await eventually(lambda: logs_written(tmp_path, hosts), 10, what="every log's first line")
         facts = await read_facts(bus.js)
         commands = [c for _, c in await read_stream(bus.js, COMMANDS_STREAM, "qm.cmd.>") if c]
     preempted = [f for f in facts if f["kind"] == "JobPreempted"]
