@@ -50,7 +50,7 @@ def up(
     nats_url: NatsUrl = None,
     data_dir: Annotated[Path, typer.Option("--data-dir", help="Where the embedded server keeps its streams.")] = Path(".quotasched"),
     port: Annotated[Optional[int], typer.Option("--port", help="Port of the embedded server (default: a free one).")] = None,
-    executor: Annotated[str, typer.Option("--executor", help="simulated, process, agent (this host's GPUs: --gpus, --capacity-unit, --service-environment) or none")] = "simulated",
+    executor: Annotated[str, typer.Option("--executor", help="simulated, process, sagemaker, agent (this host's GPUs: --gpus, --capacity-unit, --service-environment) or none")] = "simulated",
     speed: Annotated[float, typer.Option("--speed", help="Simulated executor: time speed-up factor.")] = 1.0,
     db: Annotated[Optional[Path], typer.Option("--db", help="The projector's DuckDB file (default: <data-dir>/quotasched.duckdb).")] = None,
     no_projector: Annotated[bool, typer.Option("--no-projector", help="Do not run the projector.")] = False,
@@ -84,9 +84,9 @@ def up(
     from quotasched.services.embedded import ServerStartError
     from quotasched.services.endpoint.server import EndpointError
 
-    if executor not in ("simulated", "process", "agent", "none"):
-        typer.echo("quotasched up: --executor must be simulated, process, agent or none",
-                   err=True)  # fmt: skip
+    if executor not in ("simulated", "process", "sagemaker", "agent", "none"):
+        typer.echo("quotasched up: --executor must be simulated, process, sagemaker, agent or "
+                   "none", err=True)  # fmt: skip
         raise typer.Exit(2)
     agent = None
     if executor == "agent":  # this host's GPU agent, its logs in <data-dir>/logs
@@ -214,7 +214,9 @@ def scheduler(
 
 def executor_command(
     nats_url: NatsUrl = None,
-    kind: Annotated[str, typer.Option("--kind", help="simulated or process")] = "simulated",
+    kind: Annotated[str, typer.Option(
+        "--kind", help="simulated, process or sagemaker (a SageMaker training job per attempt; "
+                       "docs/executors.md)")] = "simulated",
     speed: Annotated[float, typer.Option(help="Simulated executor: time speed-up factor.")] = 1.0,
     name: Annotated[Optional[str], typer.Option(
         "--name", help="The executor's name: its durable consumer is executor-NAME (default: "
@@ -244,8 +246,8 @@ def executor_command(
     if nats_url is None:
         typer.echo("quotasched executor: --nats-url (or QUOTASCHED_NATS_URL) is required", err=True)
         raise typer.Exit(2)
-    if kind not in ("simulated", "process"):
-        typer.echo(f"quotasched executor: --kind {kind}: simulated or process", err=True)
+    if kind not in ("simulated", "process", "sagemaker"):
+        typer.echo(f"quotasched executor: --kind {kind}: simulated, process or sagemaker", err=True)
         raise typer.Exit(2)
     if job_queue is not None and not re.fullmatch(NAME_PATTERN, job_queue):
         typer.echo(f"quotasched executor: --job-queue {job_queue}: {NAME_RULE}", err=True)

@@ -43,8 +43,8 @@ def build_executor(broker: NatsBroker, kind: str, *, speed: float = 1.0, grace_s
     `job_queue`: serve that job queue only (its facts, `qm.fact.<queue>.>`); the default name
     is then `<kind>-<queue>`, so one executor per queue can run side by side."""
 
-    if kind not in ("simulated", "process"):
-        raise ValueError(f"unknown executor kind {kind!r}: simulated or process")
+    if kind not in ("simulated", "process", "sagemaker"):
+        raise ValueError(f"unknown executor kind {kind!r}: simulated, process or sagemaker")
     if job_queue is not None and not re.fullmatch(NAME_PATTERN, job_queue):
         raise ValueError(f"job queue {job_queue!r}: {NAME_RULE}")
     durable = consumer_name(kind, name, job_queue)
@@ -53,8 +53,12 @@ def build_executor(broker: NatsBroker, kind: str, *, speed: float = 1.0, grace_s
     publish = commands_publisher(broker)
     if kind == "simulated":
         executor: Executor = SimulatedExecutor(publish, speed=speed, ledger=ledger)
-    else:
+    elif kind == "process":
         executor = ProcessExecutor(publish, grace_s=grace_s, ledger=ledger)
+    else:  # boto3 and the scheduler's naming only for the executor that needs them
+        from quotasched.services.executors.sagemaker import SageMakerExecutor
+
+        executor = SageMakerExecutor(publish, ledger=ledger)
     return subscribe(broker, executor, durable, fact_filter)
 
 

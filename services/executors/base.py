@@ -42,6 +42,18 @@ def consumer_name(kind: str, name: str | None = None, job_queue: str | None = No
     return f"executor-{name or (kind if job_queue is None else f'{kind}-{job_queue}')}"
 
 
+def payload_object(spec: dict[str, Any]) -> dict[str, Any] | None:
+    """A job's `serviceRequestPayload` as an object: the API carries it as a JSON string, a
+    NATS-native client may send the object; None if it is neither (or absent)."""
+    payload = spec.get("payload")
+    if isinstance(payload, str):
+        try:
+            payload = json.loads(payload)
+        except ValueError:
+            return None
+    return payload if isinstance(payload, dict) else None
+
+
 @dataclass
 class Attempt:
     job_id: str
@@ -59,6 +71,10 @@ class Executor:
     override `interrupt` (stop a running attempt quickly)."""
 
     name = "executor"
+    # False: the attempt counts as STARTING then RUNNING as soon as `execute` is called (a
+    # local process, a simulation).  True: `execute` reports them itself, when its backend
+    # says so (a SageMaker training job is RUNNING once it trains, not once it is created).
+    reports_progress = False
 
     def __init__(self, publish: Publish, ledger: Ledger | None = None):
         self.publish = publish
@@ -116,8 +132,9 @@ class Executor:
     async def _run(self, attempt: Attempt) -> None:
         ended = False  # the scheduler knows (or decided) how this attempt ended
         try:
-            await self.report(attempt, "STARTING")
-            await self.report(attempt, "RUNNING")
+            if not self.reports_progress:
+                await self.report(attempt, "STARTING")
+                await self.report(attempt, "RUNNING")
             status, reason = await self.execute(attempt)
             await self.report(attempt, status, reason)
             ended = True
@@ -162,8 +179,11 @@ class Executor:
     async def interrupt(self, attempt: Attempt) -> None:
         """Called when an attempt is stopped by the scheduler; nothing to report."""
 
-    async def end_lost(self, entry: Entry) -> None:
-        """Stop what is left of an attempt the previous executor was running (its process)."""
+    async def end_lost(self, entry: Entry) -> tuple[str, str | None] | None:
+        """Stop what is left of an attempt the previous executor was running (its process).
+        Returns None (the attempt is reported lost), or the (status, reason) its backend says
+        it ended with, when the backend knows (a training job that completed meanwhile)."""
+        return None
 
     def note(self, attempt: Attempt, pid: int | None = None, pid_started: str | None = None) -> None:
         """Write the running attempt (and its process, once there is one) to the ledger."""
@@ -177,12 +197,13 @@ class Executor:
 
     async def recover(self) -> int:
         """Report FAILED every attempt the previous executor left running (from the ledger),
-        after stopping its process; returns how many.  Call once the broker can publish."""
+        after stopping its process (or how it ended, when `end_lost` knows); returns how
+        many.  Call once the broker can publish."""
         lost, self.lost = self.lost, []
         for entry in lost:
-            await self.end_lost(entry)
+            status, reason = await self.end_lost(entry) or ("FAILED", LOST)
             attempt = Attempt(entry.job_id, entry.attempt, entry.job_queue, entry.share, {})
-            await self.report(attempt, "FAILED", LOST)
+            await self.report(attempt, status, reason)
             self._forget(attempt)
             log.warning("lost attempt reported", job_id=entry.job_id, attempt=entry.attempt)
         return len(lost)

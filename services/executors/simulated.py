@@ -8,9 +8,8 @@ makes every attempt fail, to exercise retries.  A preempted attempt stops at onc
 from __future__ import annotations
 
 import asyncio
-import json
 
-from quotasched.services.executors.base import Attempt, Executor, Publish
+from quotasched.services.executors.base import Attempt, Executor, Publish, payload_object
 from quotasched.services.executors.ledger import Ledger
 
 
@@ -18,13 +17,8 @@ def job_duration_s(spec: dict, default: float) -> float:
     tags = spec.get("tags") or {}
     if "duration" in tags:
         return float(tags["duration"])
-    payload = spec.get("payload")
-    if isinstance(payload, str):
-        try:
-            payload = json.loads(payload)
-        except ValueError:
-            payload = None
-    if isinstance(payload, dict):
+    payload = payload_object(spec)
+    if payload is not None:
         runtime = (payload.get("StoppingCondition") or {}).get("MaxRuntimeInSeconds")
         if isinstance(runtime, (int, float)):
             return float(runtime)

@@ -26,18 +26,26 @@ def job_arn(job_id: str) -> str:
     return f"{ARN}:job/{job_id}"
 
 
-def training_job_arn(job_id: str, attempt: int) -> str:
-    """The SageMaker training job an attempt runs as (`serviceResourceId`): each dispatch is a
-    new one, named with the `AWSBatch` prefix Batch gives them (spec 4.1), at most 63 of
-    SageMaker's name characters."""
+def training_job_name(job_id: str, attempt: int) -> str:
+    """The SageMaker training job an attempt runs as: each dispatch is a new one, named with
+    the `AWSBatch` prefix Batch gives them (spec 4.1), at most 63 of SageMaker's name
+    characters.  One function, so the name DescribeServiceJob shows is the one the SageMaker
+    executor creates (services/executors/sagemaker.py)."""
     name = re.sub(r"[^A-Za-z0-9]+", "-", f"AWSBatch-{job_id}")[:58].strip("-")
-    return f"arn:aws:sagemaker:local:000000000000:training-job/{name}-{attempt}"
+    return f"{name}-{attempt}"
 
 
-def _attempt(job: Job, record: tuple) -> dict[str, Any]:
-    attempt, _, started, stopped, reason, _ = record
+def training_job_arn(job_id: str, attempt: int) -> str:
+    """The attempt's training job as `serviceResourceId` shows it (region `local`)."""
+    return f"arn:aws:sagemaker:local:000000000000:training-job/{training_job_name(job_id, attempt)}"
+
+
+def attempt_shown(job_id: str, attempt: int, started: float | None, stopped: float | None,
+                  reason: str | None) -> dict[str, Any]:
+    """One entry of `attempts` (and `recentPreemptedAttempts`) as AWS shows it; the projection
+    (projections/queries.py) shows its attempts through this too."""
     shown: dict[str, Any] = {"serviceResourceId": {
-        "name": "TrainingJobArn", "value": training_job_arn(job.job_id, attempt)}}  # fmt: skip
+        "name": "TrainingJobArn", "value": training_job_arn(job_id, attempt)}}  # fmt: skip
     if started is not None:
         shown["startedAt"] = _ms(started)
     if stopped is not None:
@@ -45,6 +53,11 @@ def _attempt(job: Job, record: tuple) -> dict[str, Any]:
     if reason is not None:
         shown["statusReason"] = reason
     return shown
+
+
+def _attempt(job: Job, record: tuple) -> dict[str, Any]:
+    attempt, _, started, stopped, reason, _ = record
+    return attempt_shown(job.job_id, attempt, started, stopped, reason)
 
 
 def _ms(at: float | None) -> int | None:

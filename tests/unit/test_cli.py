@@ -426,7 +426,7 @@ def test_apply_of_a_missing_file_exits_2_with_the_reason(tmp_path):
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (("--kind", "docker"), "--kind docker: simulated or process"),
+    (("--kind", "docker"), "--kind docker: simulated, process or sagemaker"),
     (("--job-queue", "q/../x"), "--job-queue q/../x: must be 1-128 characters"),
 ])  # fmt: skip
 def test_executor_options_are_checked_before_anything_starts(args, message):
