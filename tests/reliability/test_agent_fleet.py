@@ -86,9 +86,11 @@ def check_fleet(records: list[dict], logs: dict[str, Path], facts: list[dict]) -
             if other != key and host2 == host and set(gpus) & set(gpus2):
                 assert end <= begin2 or end2 <= begin, (
                     f"{key} and {other} held GPU(s) {set(gpus) & set(gpus2)} of {host} at once")
-        log = logs[host] / key[0] / f"{key[1]}.log"
-        assert f"CUDA_VISIBLE_DEVICES={','.join(gpus)}" in log.read_text().splitlines(), (
-            f"attempt {key}'s process did not see GPUs {gpus}: {log.read_text()!r}")
+        output = (logs[host] / key[0] / f"{key[1]}.log").read_text()
+        if not output and end != float("inf"):
+            continue  # stopped before its first line (a SIGTERM before Python had started)
+        assert f"CUDA_VISIBLE_DEVICES={','.join(gpus)}" in output.splitlines(), (
+            f"attempt {key}'s process did not see GPUs {gpus}: {output!r}")
     dispatches = [f for f in facts if f["kind"] == "JobDispatched"]
     for fact in facts:
         if fact["kind"] != "JobPreempted" or (fact["jobId"], fact["attempt"]) not in spans:
@@ -151,10 +153,13 @@ async def running_on(tmp_path: Path, hosts: list[str], job_id: str) -> str | Non
 
 
 async def logs_written(tmp_path: Path, hosts: list[str]) -> bool:
-    """Every started attempt's process has printed its first line (a start that happened just
+    """Every running attempt's process has printed its first line (a start that happened just
     now may not have yet)."""
+    records = read_records([tmp_path / h for h in hosts])
+    ended = {(r["jobId"], r["attempt"]) for r in records if r["event"] == "end"}
     return all((tmp_path / r["host"] / "logs" / r["jobId"] / f"{r['attempt']}.log").read_text()
-               for r in read_records([tmp_path / h for h in hosts]) if r["event"] == "start")
+               for r in records
+               if r["event"] == "start" and (r["jobId"], r["attempt"]) not in ended)
 
 
 # -- the tests ---------------------------------------------------------------------------------
