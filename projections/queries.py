@@ -11,6 +11,7 @@ or, inside the projector's process, a `con.cursor()`.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from quotasched.projections import schema, views
@@ -39,7 +40,7 @@ def _dicts(con, query: str, params: Any = None) -> list[dict[str, Any]]:
 
 
 _SUMMARY_COLUMNS = """job_id, job_name, job_queue, quota_share, priority, status, status_reason,
-    submitted_at, last_dispatched_at, capacity_usage, last_attempt, is_terminated"""
+    submitted_at, last_dispatched_at, capacity_usage, last_attempt, is_terminated, finished_at"""
 
 
 def _summary(job: dict[str, Any]) -> dict[str, Any]:
@@ -59,6 +60,66 @@ def _summary(job: dict[str, Any]) -> dict[str, Any]:
     return summary
 
 
+HISTORY_KEPT = 10  # the scheduler keeps a job's last 10 attempts (core/entities.py)
+
+# A job's attempts as DescribeServiceJob shows them: started at its first STARTING/RUNNING
+# report, stopped by the fact that ended it, with that fact's reason (a preemption's without
+# the "exhausted" suffix, as the scheduler records it on the attempt).
+_ATTEMPTS = """
+SELECT a.attempt,
+       (SELECT min(e."at") FROM job_events e WHERE e.job_id = a.job_id
+            AND e.attempt = a.attempt AND e.status IN ('STARTING', 'RUNNING')) AS started_at,
+       a.end_at,
+       CASE WHEN a.end_reason = 'PREEMPTED' THEN
+                (SELECT 'Preempted by job ' || p.preemptor_job_id || ' (' || p.reason || ')'
+                 FROM preemptions p WHERE p.seq = a.end_seq AND p.job_id = a.job_id)
+            ELSE (SELECT e.status_reason FROM job_events e
+                  WHERE e.seq = a.end_seq AND e.job_id = a.job_id) END AS reason,
+       a.end_reason = 'PREEMPTED' AS preempted
+FROM attempts a WHERE a.job_id = $id ORDER BY a.attempt DESC LIMIT $kept"""
+
+
+def _history(con, job_id: str) -> list[tuple]:
+    rows = con.execute(_ATTEMPTS, {"id": job_id, "kept": HISTORY_KEPT}).fetchall()
+    return rows[::-1]
+
+
+def _attempt(job_id: str, row: tuple) -> dict[str, Any]:
+    from quotasched.services.scheduler.api import attempt_shown  # one shape, one naming rule
+
+    attempt, started, stopped, reason, _ = row
+    return attempt_shown(job_id, attempt, started, stopped, reason)
+
+
+def _with_attempts(con, job: dict[str, Any], summary: dict[str, Any]) -> list[tuple]:
+    """Add the summary's latestAttempt, startedAt and stoppedAt; return the history."""
+    history = _history(con, job["job_id"]) if job["last_attempt"] else []
+    if history:
+        latest = _attempt(job["job_id"], history[-1])
+        summary["latestAttempt"] = {"serviceResourceId": latest["serviceResourceId"]}
+        if "startedAt" in latest:
+            summary["startedAt"] = latest["startedAt"]
+    if job["finished_at"] is not None:
+        summary["stoppedAt"] = _ms(job["finished_at"])
+    if summary.pop("isTerminated", None):  # AWS's order: isTerminated last
+        summary["isTerminated"] = True
+    return history
+
+
+def _submitted_extras(con, job_id: str) -> dict[str, Any]:
+    """Tags and payload as submitted (the scheduler shows an object payload as json.dumps)."""
+    body = con.execute("SELECT body FROM fact_log WHERE kind = 'JobSubmitted' AND job_id = $id",
+                       {"id": job_id}).fetchone()  # fmt: skip
+    submitted = json.loads(body[0]) if body else {}
+    extras: dict[str, Any] = {}
+    if submitted.get("tags"):
+        extras["tags"] = submitted["tags"]
+    payload = submitted.get("serviceRequestPayload")
+    if payload is not None:
+        extras["serviceRequestPayload"] = payload if isinstance(payload, str) else json.dumps(payload)
+    return extras
+
+
 def describe_service_job(con, request: dict) -> dict[str, Any]:
     job_id = _name(request.get("jobId"))
     found = _dicts(con, "SELECT * FROM jobs WHERE job_id = $id", {"id": job_id})
@@ -71,6 +132,7 @@ def describe_service_job(con, request: dict) -> dict[str, Any]:
         {"id": job_id, "attempt": job["last_attempt"]},
     ).fetchall()
     described = _summary(job)
+    history = _with_attempts(con, job, described)
     described.update({
         "borrowed": [{"capacityUnit": unit, "quantity": n} for unit, n in borrowed],
         "preemptionConfiguration": (
@@ -82,8 +144,14 @@ def describe_service_job(con, request: dict) -> dict[str, Any]:
         "timeoutConfig": (None if job["attempt_timeout_s"] is None
                           else {"attemptDurationSeconds": job["attempt_timeout_s"]}),
     })  # fmt: skip
+    if history:
+        described["attempts"] = [_attempt(job_id, row) for row in history]
     if job["preempted_attempt_count"]:
-        described["preemptionSummary"] = {"preemptedAttemptCount": job["preempted_attempt_count"]}
+        described["preemptionSummary"] = {
+            "preemptedAttemptCount": job["preempted_attempt_count"],
+            "recentPreemptedAttempts": [_attempt(job_id, row) for row in history if row[4]],
+        }  # fmt: skip
+    described.update(_submitted_extras(con, job_id))
     return described
 
 
@@ -131,7 +199,12 @@ def list_service_jobs(con, request: dict) -> dict[str, Any]:
     params["limit"] = int(request.get("maxResults") or 100)
     jobs = _dicts(con, f"SELECT {_SUMMARY_COLUMNS} FROM jobs WHERE {' AND '.join(where)} "
                        "ORDER BY submitted_seq DESC LIMIT $limit", params)  # fmt: skip
-    return {"jobSummaryList": [_summary(job) for job in jobs]}
+    summaries = []
+    for job in jobs:
+        summary = _summary(job)
+        _with_attempts(con, job, summary)
+        summaries.append(summary)
+    return {"jobSummaryList": summaries}
 
 
 def _created_bound(values: list | None) -> int | None:

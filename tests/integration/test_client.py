@@ -181,7 +181,7 @@ async def test_async_training_queue_round_trip(stack_url):
         assert (await queue.get_job("mid")).job_id == mid.job_id
 
         owner = await queue.submit("owner", quota_share_name="qs2", instance_type=G5)
-        assert (await mid.describe()).get("preemptionSummary") == {"preemptedAttemptCount": 1}
+        assert (await mid.describe())["preemptionSummary"]["preemptedAttemptCount"] == 1
         assert (await owner.result(timeout=20))["status"] == "SUCCEEDED"
         for _ in range(100):  # the reclaimed job runs again once the owner is done
             if (await mid.describe())["status"] in ACTIVE[1:]:
