@@ -28,8 +28,10 @@ $(SDK)/.installed: tests/sdk/requirements.txt $(STAMP)
 native: $(STAMP)
 	$(BIN)/python -m quotasched.services.native build
 
+# `make demo EXECUTOR=agent`: the same story with real processes on fake GPUs (the GPU agent).
+EXECUTOR ?= simulated
 demo: native
-	$(BIN)/quotasched demo
+	$(BIN)/quotasched demo --executor $(EXECUTOR)
 
 test: native $(SDK)/.installed
 	$(BIN)/python -m pytest

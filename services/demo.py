@@ -49,14 +49,34 @@ STEPS = [
 ]  # fmt: skip
 
 
-async def run_demo(console: Console, pause_s: float = 1.0, serve: bool = False) -> None:
+# With `--executor agent` each job is a real process on one of three fake GPUs: it says which
+# GPU it got (CUDA_VISIBLE_DEVICES, set by the agent) and sleeps until stopped.
+GPU_JOB = ("python3 -c \"import os, time; print('on GPU', os.environ['CUDA_VISIBLE_DEVICES'], "
+           "flush=True); time.sleep(600)\"")
+
+
+async def run_demo(console: Console, pause_s: float = 1.0, serve: bool = False,
+                   executor: str = "simulated") -> None:
     """The story; with `serve`, the stack then stays up (its AWS Batch endpoint too) until
-    Ctrl-C, for the real AWS CLI, boto3 or the SageMaker SDK to look at the demo's queue."""
+    Ctrl-C, for the real AWS CLI, boto3 or the SageMaker SDK to look at the demo's queue.
+    `executor`: simulated, or agent (the GPU-host agent on fake GPUs 0, 1 and 2: real
+    processes, each on its own GPU)."""
     with tempfile.TemporaryDirectory(prefix="quotasched-demo-") as data_dir:
         settings = Settings(data_dir=data_dir, tick_interval_s=0.5)
-        async with Stack(settings, executor="simulated", speed=1.0, aws_port=0) as stack:
+        agent, tags = None, {"duration": "600"}
+        if executor == "agent":
+            from quotasched.services.executors.agent import AgentOptions
+
+            agent = AgentOptions(gpus=["0", "1", "2"], capacity_unit=UNIT,
+                                 service_environment="se", host="demo-host", grace_s=2.0,
+                                 heartbeat_s=0.5, host_timeout_s=3.0)  # fmt: skip
+            tags = {"command": GPU_JOB}
+        async with Stack(settings, executor=executor, speed=1.0, aws_port=0, agent=agent,
+                         executor_state_dir=data_dir) as stack:  # fmt: skip
+            what = ("the GPU agent on fake GPUs 0, 1, 2" if agent is not None
+                    else "simulated executor")  # fmt: skip
             console.print(f"[bold]Embedded stack up[/] at {stack.url} "
-                          "(nats-server, scheduler, simulated executor)")  # fmt: skip
+                          f"(nats-server, scheduler, {what})")  # fmt: skip
             console.print(f"AWS_ENDPOINT_URL_BATCH={stack.endpoint.url}", highlight=False,
                           soft_wrap=True)  # fmt: skip
             async with Bus(stack.url, name="quotasched-demo") as bus:
@@ -70,7 +90,7 @@ async def run_demo(console: Console, pause_s: float = 1.0, serve: bool = False) 
                     for name, share, priority in submissions:
                         jobs[name] = await queue.submit(
                             name, job_id=name, quota_share_name=share, priority=priority,
-                            instance_type=UNIT, tags={"duration": "600"},
+                            instance_type=UNIT, tags=tags,
                         )  # fmt: skip
                     await asyncio.sleep(pause_s)
                 console.rule("Team 1 raises low to priority 4 (UpdateServiceJob)")
@@ -79,10 +99,26 @@ async def run_demo(console: Console, pause_s: float = 1.0, serve: bool = False) 
                 narrator.cancel()
                 await asyncio.gather(narrator, return_exceptions=True)
                 await _usage(console, await queue.snapshot(), bus)
+                if agent is not None:
+                    _gpus(console, data_dir, jobs)
             if serve:
                 stop_on_signals(stack.stop)
                 _serving(console, stack)
                 await stack.stop.wait()
+
+
+def _gpus(console: Console, data_dir: str, jobs: dict) -> None:
+    """What each job's processes printed: the GPU the agent gave each attempt."""
+    from pathlib import Path
+
+    table = Table(title="Processes (the agent's per-attempt logs, `quotasched logs JOB_ID`)")
+    for column in ("job", "attempt", "said"):
+        table.add_column(column)
+    for name in jobs:
+        for log in sorted((Path(data_dir) / "logs" / name).glob("*.log")):
+            said = log.read_text().strip() or "(stopped before it printed)"
+            table.add_row(name, log.stem, said)
+    console.print(table)
 
 
 def _serving(console: Console, stack: Stack) -> None:

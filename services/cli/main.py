@@ -111,6 +111,7 @@ def demo(
         Optional[Path], typer.Option(help="With --offline: command file to narrate (default: the notebook story).")
     ] = None,
     serve: Annotated[bool, typer.Option("--serve", help="After the story, keep the stack and its AWS Batch endpoint up until Ctrl-C.")] = False,
+    executor: Annotated[str, typer.Option("--executor", help="simulated, or agent: the GPU-host agent on fake GPUs 0,1,2, each job a real process on its own GPU.")] = "simulated",
 ) -> None:
     """The official notebook's story, live: borrow, cross-share reclaim, in-share preemption.
 
@@ -120,6 +121,9 @@ def demo(
     afterwards, for the real AWS CLI, boto3 or the SageMaker SDK.
     """
     console = Console()
+    if executor not in ("simulated", "agent"):
+        typer.echo("quotasched demo: --executor must be simulated or agent", err=True)
+        raise typer.Exit(2)
     if not offline:
         import asyncio
         import logging
@@ -130,7 +134,7 @@ def demo(
         logs.configure("WARNING")
         logging.getLogger("faststream").setLevel(logging.WARNING)
         try:
-            asyncio.run(run_demo(console, serve=serve))
+            asyncio.run(run_demo(console, serve=serve, executor=executor))
         except KeyboardInterrupt:
             pass
         return

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -395,6 +396,19 @@ def test_demo_narrates_both_kinds_of_preemption():
     assert "CROSS_SHARE_RECLAIM" in text
     assert "IN_SHARE_PRIORITY" in text
     assert "AWS_ENDPOINT_URL_BATCH=http://127.0.0.1:" in text  # its AWS Batch endpoint
+
+
+def test_demo_with_the_gpu_agent_runs_each_job_as_a_process_on_its_own_gpu():
+    """`make demo EXECUTOR=agent`: the notebook story with real processes on fake GPUs 0-2.
+    By hand: high and med start on two GPUs; med is preempted for b1, high for low, each
+    preemptor taking its victim's GPU; qs3's GPU stays free."""
+    result = run("demo", "--executor", "agent", env={"COLUMNS": "200"})
+    assert result.returncode == 0, result.stderr.decode()
+    text = result.stdout.decode()
+    assert "CROSS_SHARE_RECLAIM" in text and "IN_SHARE_PRIORITY" in text
+    said = dict(re.findall(r"│ (high|med|low|b1) +│ 1 +│ on GPU (\d)", text))
+    assert set(said) == {"high", "med", "low", "b1"}, text
+    assert said["low"] == said["high"] and said["b1"] == said["med"] != said["high"]
 
 
 def test_demo_in_a_narrow_terminal_still_exits_0():
