@@ -9,7 +9,9 @@ COPY events ./events
 COPY services ./services
 COPY projections ./projections
 COPY examples ./examples
-RUN pip install --no-cache-dir . \
+# The sagemaker and gpu extras too: the executor image may run `--kind sagemaker` or be a GPU
+# host's `quotasched agent`.
+RUN pip install --no-cache-dir ".[sagemaker,gpu]" \
     && useradd --system --uid 10001 --no-create-home quotasched \
     && mkdir -p /projections /executor && chown quotasched /projections /executor
 # Not root; a named volume mounted on /projections takes this directory's owner.
