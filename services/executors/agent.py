@@ -16,7 +16,9 @@ session, SIGTERM then SIGKILL after the grace period, the ledger) with GPUs to h
   its process has exited;
 - `afterPreemptionOf`: the preemptor waits (at most `victim_timeout_s`) until its victims have
   stopped, here (their process exited) or on another host (its heartbeat no longer lists them,
-  or the host is no longer live), then it is placed.
+  or the host is no longer live), then it is placed;
+- a (re)started agent places nothing before `join`: `recover` has stopped the processes its
+  previous run left (whose GPUs it does not know) by then, and the fleet is watched.
 
 Each agent also appends what it did to `<state_dir>/agent-<host>.records.jsonl` (claim,
 start with pid, end; wall-clock nanoseconds), for audits and the tests' invariant checker.
@@ -117,6 +119,10 @@ class GpuAgent(ProcessExecutor):
         self.preempted: dict[str, int] = {}  # job -> its last preempted attempt
         self.freed = asyncio.Event()  # pulsed whenever GPUs are given back
         self.changed = asyncio.Event()  # what this host holds changed: beat now
+        # Set by `join`: nothing is placed before, since the facts arrive before `recover` has
+        # stopped what a previous run left (its GPUs are not in `held`: they would be handed
+        # out twice) and before the fleet is watched (a victim on another host looks stopped).
+        self.joined = asyncio.Event()
         self._beating: asyncio.Task | None = None
 
     # -- the fact log ------------------------------------------------------------------------
@@ -161,6 +167,7 @@ class GpuAgent(ProcessExecutor):
                           self.specs.get(job_id, {"tags": {}, "payload": None}))  # fmt: skip
         need = sum(usage["quantity"] for usage in fact["capacityUsage"])
         try:
+            await self.joined.wait()
             await self._wait_for_victims(fact.get("afterPreemptionOf") or [])
             gpus = await self._place(attempt, need)
         finally:
@@ -320,6 +327,7 @@ class GpuAgent(ProcessExecutor):
         await self.fleet.watch()
         await self.fleet.beat(self.heartbeat())
         self._beating = asyncio.create_task(self._beat_forever())
+        self.joined.set()  # the attempts dispatched meanwhile are placed from now on
 
     async def _beat_forever(self) -> None:
         while True:

@@ -72,8 +72,8 @@ class Executor:
 
     name = "executor"
     # False: the attempt counts as STARTING then RUNNING as soon as `execute` is called (a
-    # local process, a simulation).  True: `execute` reports them itself, when its backend
-    # says so (a SageMaker training job is RUNNING once it trains, not once it is created).
+    # simulation).  True: `execute` reports them itself, when its backend says so (a local
+    # process is RUNNING once spawned; a SageMaker training job once it trains).
     reports_progress = False
 
     def __init__(self, publish: Publish, ledger: Ledger | None = None):

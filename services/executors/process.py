@@ -8,15 +8,24 @@ period.  The environment carries QUOTASCHED_JOB_ID and QUOTASCHED_ATTEMPT.
 
 A process runs in its own session, so it outlives an executor that is killed; the ledger keeps
 its pid and start time, and the next executor stops it (same signals, same grace period)
-before it reports the attempt lost (base.Executor.recover).
+before it reports the attempt lost (base.Executor.recover).  The command never runs before
+the ledger has its pid: the process starts as a shell waiting on a pipe (its stdin) and `exec`s
+the command once the executor has written the ledger; an executor killed before that closes
+the pipe, and the shell exits (125) without running anything.  The command's stdin is
+/dev/null.
+
+The attempt is reported STARTING before its process is spawned (a failed spawn: FAILED next)
+and RUNNING once the process exists.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import os
 import shlex
+import shutil
 import signal
 
 from quotasched.services.executors.base import Attempt, Executor, Publish
@@ -40,8 +49,14 @@ def command_line(spec: dict) -> list[str]:
     raise ValueError("the job names no command (tag 'command' or payload Command/ContainerEntrypoint)")
 
 
+# `sh -c GATE sh <command...>`: wait for the executor's go (a line on stdin), then become the
+# command; EOF (the executor died before the ledger had the pid) ends it unrun.
+GATE = 'read -r go || exit 125; exec "$@" </dev/null'
+
+
 class ProcessExecutor(Executor):
     name = "process"
+    reports_progress = True  # STARTING before the spawn, RUNNING once the process exists
 
     def __init__(self, publish: Publish, grace_s: float = 10.0, workdir: str | None = None,
                  ledger: Ledger | None = None):  # fmt: skip
@@ -61,22 +76,39 @@ class ProcessExecutor(Executor):
         return None
 
     async def execute(self, attempt: Attempt) -> tuple[str, str | None]:
+        await self.report(attempt, "STARTING")
         argv = command_line(attempt.spec)
+        env = self.environment(attempt)
+        if not _runnable(argv[0], self.workdir, env.get("PATH", os.defpath)):
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), argv[0])
         path = self.log_path(attempt)
         output = _open_log(path) if path is not None else None
+        wait, go = os.pipe()  # the gate: the command runs once `go` has a line
         try:
             process = await asyncio.create_subprocess_exec(
-                *argv, cwd=self.workdir, env=self.environment(attempt), start_new_session=True,
+                "/bin/sh", "-c", GATE, "sh", *argv, cwd=self.workdir, env=env,
+                start_new_session=True, stdin=wait,
                 stdout=output or asyncio.subprocess.DEVNULL,
                 stderr=asyncio.subprocess.STDOUT if output else asyncio.subprocess.DEVNULL,
             )  # fmt: skip
+        except BaseException:
+            os.close(go)
+            raise
         finally:
+            os.close(wait)  # the process has its own copies of the descriptors
             if output is not None:
-                output.close()  # the process has its own copy of the descriptor
+                output.close()
         key = (attempt.job_id, attempt.attempt)
         self.processes[key] = process
-        self.note(attempt, process.pid, process_started(process.pid))
-        code = await process.wait()  # a cancellation leaves the process to `interrupt`
+        try:
+            self.note(attempt, process.pid, process_started(process.pid))
+            os.write(go, b"go\n")  # the ledger has the pid: run the command
+        except BrokenPipeError:
+            pass  # the shell is gone already (killed): `wait` says how it ended
+        finally:
+            os.close(go)  # unless written, the shell exits unrun (the process ends as 125)
+        await self.report(attempt, "RUNNING")  # a cancellation leaves the process to `interrupt`
+        code = await process.wait()
         self.processes.pop(key, None)
         return ("SUCCEEDED", None) if code == 0 else ("FAILED", f"Process exited with code {code}")
 
@@ -108,6 +140,14 @@ class ProcessExecutor(Executor):
                 if not process_alive(entry.pid, entry.pid_started):
                     return
                 await asyncio.sleep(0.05)
+
+
+def _runnable(command: str, cwd: str | None, path: str) -> bool:
+    """Whether `command` names an executable (the shell's `exec` would fail with 126/127: this
+    says it as the spawn itself used to, FileNotFoundError)."""
+    if os.sep in command:
+        return os.access(os.path.join(cwd or "", command), os.X_OK)
+    return shutil.which(command, path=path) is not None
 
 
 def _open_log(path: str):

@@ -104,6 +104,17 @@ def check_fleet(records: list[dict], logs: dict[str, Path], facts: list[dict]) -
                 f"{preemptor['jobId']} started before its victim {victim} had stopped")
 
 
+def test_the_checker_catches_an_attempt_placed_before_an_orphan_was_stopped():
+    """The race it once caught: a restarted agent placed an attempt on the GPUs of a process
+    its previous run left, which `recover` was still stopping (its end recorded after)."""
+    span = {"host": "h2", "gpus": ["2", "3"]}
+    records = [{"event": "start", "jobId": "high", "attempt": 1, "ns": 1, **span},
+               {"event": "start", "jobId": "wide", "attempt": 2, "ns": 3, **span},
+               {"event": "end", "jobId": "high", "attempt": 1, "ns": 4, "how": "LOST", **span}]
+    with pytest.raises(AssertionError, match="held GPU"):
+        check_fleet(records, {}, [])
+
+
 # -- running agents ----------------------------------------------------------------------------
 
 
