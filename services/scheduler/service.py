@@ -28,6 +28,7 @@ from quotasched.services.bus import DISK_FULL, FactAppender, ensure_streams, ref
 from quotasched.services.metrics import WriterStats
 from quotasched.services.scheduler import core
 from quotasched.services.scheduler.api import answer_in
+from quotasched.services.scheduler.core.timers import earliest_due
 from quotasched.services.scheduler.lease import Lease
 from quotasched.services.scheduler.log import Recovered, recover
 from quotasched.services.scheduler.members import Members
@@ -266,7 +267,10 @@ class Scheduler(Writer):
                 continue
 
     async def _tick(self, stop: asyncio.Event) -> None:
-        """Time is data: ticks go through the command stream, so timers replay too."""
+        """Time is data: ticks go through the command stream, so timers replay too.  Every
+        interval, a Tick only if a timer is due by now (the state's `earliest_due`): timers
+        fire before the next command of any kind, so a Tick is needed only when nothing else
+        arrives, and a quiet service writes nothing."""
         interval = self.settings.tick_interval_s
         subject = self.scope.tick_subject
         if subject is None:  # the fleet partition: no timers
@@ -276,6 +280,10 @@ class Scheduler(Writer):
             await sleep_or(stop, interval)
             if stop.is_set():
                 return
+            recovered = self.recovered
+            due = None if recovered is None else earliest_due(recovered.state)
+            if due is None or due > time.time():
+                continue
             slot = int(time.time() / interval)
             try:
                 await self._publish_tick(subject, slot)

@@ -13,6 +13,7 @@ Tick.
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
@@ -222,3 +223,24 @@ async def test_a_stopping_scheduler_publishes_no_command(nats_server, spawn):
         info = await bus.js.stream_info(COMMANDS_STREAM)
         kinds = [await command_kind(bus.js, seq) for seq in range(1, info.state.last_seq + 1)]
     assert kinds == [], f"commands published by the scheduler itself: {kinds}"
+
+
+async def test_a_quiet_scheduler_with_no_timer_due_writes_no_ticks(nats_server, spawn):
+    """Issue 21's papercut: an idle service filled its log with Ticks.  Ticks every 0.1 s, the
+    notebook's configuration and a job that runs (no attempt timeout, no blocked head): no
+    timer is pending, so after 2 s (20 tick intervals) the command stream holds exactly what
+    was published."""
+    scheduler = spawn("scheduler", QUOTASCHED_TICK_INTERVAL_S="0.1")
+    setup = [json.loads(line) for line in notebook_lines()
+             if json.loads(line)["kind"].startswith("Create")]  # fmt: skip
+    job = {"kind": "SubmitServiceJob", "jobId": "quiet", "jobName": "quiet", "jobQueue": "q",
+           "quotaShareName": "qs3",
+           "capacityUsage": [{"capacityUnit": "ml.g5.xlarge", "quantity": 1}]}  # fmt: skip
+    async with Bus(nats_server.url) as bus:
+        await wait_leading(scheduler)
+        seqs = [await bus.publish(command) for command in [*setup, job]]
+        await wait_decided(bus.js, seqs[-1])
+        await asyncio.sleep(2.0)
+        stored = (await bus.js.stream_info(COMMANDS_STREAM)).state.last_seq
+        assert stored == seqs[-1], [await command_kind(bus.js, seq)
+                                    for seq in range(seqs[-1] + 1, stored + 1)]  # fmt: skip

@@ -22,6 +22,20 @@ from quotasched.services.scheduler.core.state import State
 ATTEMPT_TIMED_OUT = "Job attempt duration exceeded timeout"
 
 
+def earliest_due(state: State) -> float | None:
+    """A lower bound of when the next timer comes due (None: no timer is pending): the first
+    attempt timeout on the heap (an entry of an ended attempt may stand before it) and the
+    blocked heads' bound.  Read-only.  The service publishes a Tick only once this has
+    passed, so a quiet service writes nothing (timers fire before any next command anyway,
+    ruling 13); a Tick that finds the bound early fires nothing and moves it."""
+    due: float | None = None
+    if state.timeouts:
+        due = state.timeouts[0][0]
+    if state.blocked and (due is None or state.blocked_due < due):
+        due = state.blocked_due
+    return due
+
+
 def fire_due(round_: Round, until: float) -> None:
     state = round_.state
     while True:
