@@ -176,7 +176,12 @@ def list_service_jobs(con, request: dict) -> dict[str, Any]:
                          "JOB_NAME, BEFORE_CREATED_AT or AFTER_CREATED_AT")  # fmt: skip
     where, params = ["job_queue = $queue"], {"queue": queue}
     patterns = filters.get("JOB_NAME", [])
-    status = request.get("jobStatus") or "RUNNING"
+    from quotasched.services.scheduler.api import ApiError, job_status_asked  # one rule
+
+    try:
+        status = job_status_asked(request)
+    except ApiError as error:
+        raise QueryError(str(error)) from None
     if not patterns and status != "ALL":
         where.append("status = $status")
         params["status"] = status

@@ -236,7 +236,13 @@ from quotasched.services.cli.agent_cli import register as _agent; _agent(app)  #
 
 
 def main() -> None:
-    app()
+    from quotasched.services.logs import LogSettingError
+
+    try:
+        app()
+    except LogSettingError as error:  # a bad QUOTASCHED_LOG_LEVEL / _FORMAT: one line, exit 2
+        typer.echo(f"quotasched: {error}", err=True)
+        raise SystemExit(2) from None
 
 
 if __name__ == "__main__":

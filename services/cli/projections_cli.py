@@ -183,7 +183,7 @@ def checksum(db: DbOpt) -> None:
 def sql(
     statement: Annotated[str, typer.Argument(metavar="SQL", help="One SQL statement.")],
     db: Annotated[Optional[str], typer.Option("--db", envvar=DB_ENV, help="The projection's DuckDB file.")] = None,
-    nats_url: Annotated[Optional[str], typer.Option("--nats-url", help="Ask the running projector instead of opening a file.")] = None,
+    nats_url: Annotated[Optional[str], typer.Option("--nats-url", envvar="QUOTASCHED_NATS_URL", help="Ask the running projector instead of opening a file (--db, when given, comes first).")] = None,
     output: Annotated[Output, typer.Option("--output", help="table, json or csv.")] = Output.table,
     limit: Annotated[int, typer.Option("--limit", help="With --nats-url: most rows returned.")] = 1000,
 ) -> None:
@@ -199,7 +199,7 @@ def sql(
 
     from quotasched.projections import queries
 
-    if nats_url is not None:
+    if nats_url is not None and db is None:  # QUOTASCHED_NATS_URL, like every other command
         from quotasched.services.projector.client import ProjectorError, ProjectorUnavailable, query
 
         try:

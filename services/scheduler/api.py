@@ -124,13 +124,28 @@ def describe_service_job(state: State, request: dict) -> dict[str, Any]:
     return described
 
 
+# AWS's ServiceJobStatus values, and ALL (every status; the AWS clients' model has no ALL).
+JOB_STATUSES = ("SUBMITTED", "PENDING", "RUNNABLE", "SCHEDULED", "STARTING", "RUNNING",
+                "SUCCEEDED", "FAILED")  # fmt: skip
+
+
+def job_status_asked(request: dict) -> str:
+    """`jobStatus` (default RUNNING), refused when it is no status at all: a typo such as
+    RUNING must not answer an empty list as if no job were running."""
+    status = request.get("jobStatus") or "RUNNING"
+    if status != "ALL" and status not in JOB_STATUSES:
+        raise ApiError(f"jobStatus {status!r} is not a job status; expected one of "
+                       f"{', '.join(JOB_STATUSES)} or ALL")  # fmt: skip
+    return status
+
+
 def list_service_jobs(state: State, request: dict) -> dict[str, Any]:
     """Newest first.  `jobStatus` defaults to RUNNING; a JOB_NAME filter ignores the status,
     a QUOTA_SHARE_NAME filter combines with it (spec 4.2)."""
     queue = _name(request.get("jobQueue"))
     if queue not in state.queues:
         raise ApiError(f"Job queue {queue} does not exist")
-    status = request.get("jobStatus") or "RUNNING"
+    status = job_status_asked(request)
     filters = {item["name"]: item.get("values", []) for item in request.get("filters") or []}
     unknown = set(filters) - {"QUOTA_SHARE_NAME", "JOB_NAME", "BEFORE_CREATED_AT", "AFTER_CREATED_AT"}
     if "SHARE_IDENTIFIER" in unknown:

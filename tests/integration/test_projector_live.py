@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -29,6 +31,7 @@ from quotasched.services.replay import replay_lines
 from quotasched.services.scheduler.core import State
 from quotasched.services.scheduler.log import ALL_FACTS, read_log
 from quotasched.services.settings import Settings
+from tests.integration.conftest import QUOTASCHED
 from tests.integration.helpers import (
     NO_TICKS,
     NOTEBOOK,
@@ -189,6 +192,14 @@ async def test_notebook_projected_live_equals_a_rebuild_and_is_answered_over_nat
                 == await bus.request("get-job-queue-snapshot", jobQueue="q"))  # fmt: skip
         listed = await request(bus.nc, "list-service-jobs", jobQueue="q", jobStatus="ALL")
         assert sorted(job["jobId"] for job in listed["jobSummaryList"]) == sorted(projected)
+        # `quotasched sql` reads QUOTASCHED_NATS_URL like every other command (issue 21)
+        env = {**os.environ, "QUOTASCHED_NATS_URL": nats_server.url}
+        env.pop("QUOTASCHED_PROJECTION_DB", None)
+        cli = await asyncio.to_thread(subprocess.run, [QUOTASCHED, "sql", "SELECT count(*) AS n FROM jobs",
+                                                      "--output", "json"], env=env,
+                                      capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert cli.returncode == 0, cli.stderr
+        assert json.loads(cli.stdout) == [{"n": len(projected)}]
         span = await request(bus.nc, "sql", sql='SELECT min("at"), max("at") FROM fact_log')
         t0, t1 = span["rows"][0]
         usage = await request(bus.nc, "utilization", t0=t0, t1=t1 + 1, bucketSeconds=3600)

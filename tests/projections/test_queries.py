@@ -68,6 +68,14 @@ def busy():
         yield projection.con
 
 
+def test_a_mistyped_job_status_is_refused_naming_the_valid_ones(busy):
+    """Issue 21: `RUNING` answered an empty list, as if nothing ran."""
+    refused = queries.answer(busy, "list-service-jobs", {"jobQueue": "q", "jobStatus": "RUNING"})
+    assert refused["error"]["message"] == (
+        "jobStatus 'RUNING' is not a job status; expected one of SUBMITTED, PENDING, RUNNABLE, "
+        "SCHEDULED, STARTING, RUNNING, SUCCEEDED, FAILED or ALL")
+
+
 def test_share_rollups_add_up_to_the_queue_rollup(busy):
     t1 = busy.execute("SELECT last_at FROM projection_state").fetchone()[0]
     shares = busy.execute(f"""

@@ -92,3 +92,14 @@ def test_a_scheduled_attempt_has_no_start_until_it_runs():
         "name": "TrainingJobArn",
         "value": "arn:aws:sagemaker:local:000000000000:training-job/AWSBatch-a-1"}}]  # fmt: skip
     assert "startedAt" not in described and "stoppedAt" not in described
+
+
+def test_a_mistyped_job_status_is_refused_naming_the_valid_ones():
+    """Issue 21: `list_jobs(status="RUNING")` answered an empty list, as if nothing ran."""
+    c = Cluster.notebook()
+    refused = answer(c.state, "list-service-jobs", {"jobQueue": "q", "jobStatus": "RUNING"})
+    assert refused == {"error": {"type": "ClientException", "message": (
+        "jobStatus 'RUNING' is not a job status; expected one of SUBMITTED, PENDING, RUNNABLE, "
+        "SCHEDULED, STARTING, RUNNING, SUCCEEDED, FAILED or ALL")}}  # fmt: skip
+    assert answer(c.state, "list-service-jobs", {"jobQueue": "q", "jobStatus": "ALL"}) == {
+        "jobSummaryList": []}
