@@ -186,21 +186,45 @@ def explain(
     if len(given) > 1:
         raise _fail(f"quotasched explain: give one of --facts, --commands, --nats-url "
                     f"(got {', '.join(given)})")  # fmt: skip
-    try:
+    if facts is None and commands is None and nats_url is None:
+        raise _fail("quotasched explain: give --facts FILE, --commands FILE or --nats-url "
+                    "URL (or set QUOTASCHED_NATS_URL)")  # fmt: skip
+
+    def story_of(job: str) -> list:
         if facts is not None:
             with open(_readable(facts, "explain"), "rb") as handle:
-                entries = _told(job_id, handle, numbered=True)
-        elif commands is not None:
+                return _told(job, handle, numbered=True)
+        if commands is not None:
             from quotasched.services.replay import replay_lines
 
             with open(_readable(commands, "explain"), "rb") as handle:
-                entries = tell(replay_lines(handle), job_id)
-        elif nats_url is not None:
-            with audit.BusReader(nats_url, commands=False) as bus:
-                entries = _told(job_id, (record.text for record in bus.facts()))
-        else:
-            raise _fail("quotasched explain: give --facts FILE, --commands FILE or --nats-url "
-                        "URL (or set QUOTASCHED_NATS_URL)")  # fmt: skip
+                return tell(replay_lines(handle), job)
+        with audit.BusReader(nats_url, commands=False) as bus:
+            return _told(job, (record.text for record in bus.facts()))
+
+    def ids_named(name: str) -> list[str]:
+        if facts is not None:
+            with open(_readable(facts, "explain"), "rb") as handle:
+                return _ids_named(name, handle)
+        if commands is not None:
+            from quotasched.events.codec import encode
+            from quotasched.services.replay import replay_lines
+
+            with open(_readable(commands, "explain"), "rb") as handle:
+                return _ids_named(name, (encode(fact) for fact in replay_lines(handle)))
+        with audit.BusReader(nats_url, commands=False) as bus:
+            return _ids_named(name, (record.text for record in bus.facts()))
+
+    try:
+        entries = story_of(job_id)
+        if not entries:  # not a job id: perhaps a job name (which may name several jobs)
+            named = ids_named(job_id)
+            if len(named) > 1:
+                raise _fail(f"quotasched explain: job name {job_id} names {len(named)} jobs: "
+                            f"{', '.join(named)}; give one job id", EXIT_DIVERGED)  # fmt: skip
+            if named:
+                typer.echo(f"(job name {job_id} is job {named[0]})", err=True)
+                job_id, entries = named[0], story_of(named[0])
     except (audit.BusUnavailable, _BadFact, InconsistentLog) as error:
         raise _fail(f"quotasched explain: {error}") from None
     except OSError as error:
@@ -219,6 +243,19 @@ audit_app.command("verify", help=_prose(verify.__doc__))(verify)
 
 class _BadFact(ValueError):
     pass
+
+
+def _ids_named(name: str, texts) -> list[str]:
+    """The ids of the jobs submitted under `name` (JSON texts of facts), in log order."""
+    needle = json.dumps(name)
+    ids = []
+    for text in texts:
+        line = text.decode() if isinstance(text, bytes) else text
+        if '"JobSubmitted"' in line and needle in line:
+            fact = json.loads(line)
+            if fact.get("kind") == "JobSubmitted" and fact.get("jobName") == name:
+                ids.append(fact["jobId"])
+    return ids
 
 
 def _told(job_id: str, texts, numbered: bool = False) -> list:

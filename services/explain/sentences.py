@@ -4,6 +4,8 @@ the small formatters of times and capacity the sentences share."""
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
+
 from typing import Any
 
 from quotasched.events import facts as F
@@ -102,9 +104,13 @@ def _status_sentence(fact: F.JobStatusChanged, job_id: str) -> str:
 
 
 def _time(at: float | None) -> str:
-    """Logical time in seconds, without float noise: 3, 2.5, 1796007127.337."""
+    """A time in a sentence: an epoch time as an ISO timestamp (UTC, 2026-12-01T17:58:38Z); a
+    small logical time (a replay file's) in seconds without float noise: 3, 2.5."""
     if at is None:
         return "?"
+    if at >= 1e9:
+        stamp = datetime.fromtimestamp(at, timezone.utc).isoformat(timespec="seconds")
+        return stamp.replace("+00:00", "Z")
     return f"{at:.3f}".rstrip("0").rstrip(".")
 
 

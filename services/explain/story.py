@@ -4,6 +4,7 @@ why it waits derived again after every command that could change it.  No I/O her
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -214,8 +215,54 @@ def _run_of(group: list[F.Fact], start: int) -> list[F.JobPreempted]:
 
 
 def render(entries: list[Entry], job_id: str) -> str:
-    lines = [f"The story of job {job_id}, from the fact log:"]
+    """The answer first, in one line (where the job stands and why, since when), then the
+    story: one entry per fact, its long explanation split at its parts (Why, Right before,
+    Candidates...) and clauses, one per line (never inside a clause, so a search for a phrase
+    still finds it), times as ISO timestamps (or `t=…` for logical times)."""
+    lines = [headline(entries, job_id), "", f"The story of job {job_id}, from the fact log:"]
     for entry in entries:
-        lines.append(f"  [at {_time(entry.at)}, command {entry.command_seq}, {entry.kind}] "
-                     f"{entry.sentence}")  # fmt: skip
+        for number, part in enumerate(_parts(entry.sentence)):
+            clauses = part.split("; ")
+            first = (f"  [{when(entry.at)}, command {entry.command_seq}, {entry.kind}] "
+                     if number == 0 else " " * 6)  # fmt: skip
+            lines.append(first + clauses[0] + (";" if len(clauses) > 1 else ""))
+            for index, clause in enumerate(clauses[1:], start=2):
+                lines.append(" " * 8 + clause + (";" if index < len(clauses) else ""))
     return "\n".join(lines)
+
+
+def headline(entries: list[Entry], job_id: str) -> str:
+    """`med is waiting: it is behind higher-priority job high … (since t=5 s)`: the last
+    entry's first clause, and since when it holds."""
+    last = entries[-1]
+    clause = _parts(last.sentence)[0].split("; ")[0].rstrip(".")
+    clause = clause.replace(f"{job_id} waits (RUNNABLE): ", f"{job_id} is waiting: ", 1)
+    if not clause.startswith(f"{job_id} "):
+        clause = f"{job_id}: {clause}"
+    end = max(entry.at for entry in entries)
+    held = f", {duration(end - last.at)} before the last fact" if end > last.at else ""
+    return f"{clause} (since {when(last.at)}{held})"
+
+
+_PART = re.compile(r"(?<=[.)]) (?=(?:Why|Right before|Candidates|It went|It was|Then|"
+                   r"Idle|The job|So|Its)\b|\S+ was chosen\b)")  # fmt: skip
+
+
+def _parts(sentence: str) -> list[str]:
+    return _PART.split(sentence)
+
+
+def when(at: float) -> str:
+    """An epoch time as an ISO timestamp (UTC); a small logical time (a replay file's) as t=…"""
+    return _time(at) if at >= 1e9 else f"t={_time(at)} s"
+
+
+def duration(seconds: float) -> str:
+    """3 min 12 s, 2 h 5 min, 0.5 s."""
+    if seconds < 60:
+        return f"{_time(round(seconds, 1))} s"
+    minutes, secs = divmod(int(round(seconds)), 60)
+    if minutes < 60:
+        return f"{minutes} min {secs} s" if secs else f"{minutes} min"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes} min" if minutes else f"{hours} h"

@@ -398,8 +398,13 @@ def test_cli_explain_text_json_and_errors(tmp_path: Path):
     facts = str(GOLDEN / "notebook.facts.jsonl")
     text = run("explain", "med", "--facts", facts)
     assert text.returncode == 0, text.stderr
-    assert text.stdout.startswith("The story of job med")
-    assert "[at 4, command 10, JobPreempted] med (attempt 1) was preempted by b1" in text.stdout
+    # the answer first (issue 21), by hand from the notebook: high (3) heads qs1 and waits
+    assert text.stdout.splitlines()[0] == ("med is waiting: it is behind higher-priority job "
+                                           "high (priority 3, its own is 2) at the head of qs1 "
+                                           "(since t=5 s)")  # fmt: skip
+    assert "\nThe story of job med, from the fact log:\n" in text.stdout
+    assert "[t=4 s, command 10, JobPreempted] med (attempt 1) was preempted by b1" in text.stdout
+    assert max(len(line.split()) for line in text.stdout.splitlines()) < 60  # no 150-word line
     replay = run("explain", "med", "--commands", str(NOTEBOOK))
     assert replay.stdout == text.stdout
     document = json.loads(run("explain", "low", "--facts", facts, "--output", "json").stdout)
@@ -412,6 +417,31 @@ def test_cli_explain_text_json_and_errors(tmp_path: Path):
     bad = write_lines(tmp_path / "bad.jsonl", ["{}"])
     broken = run("explain", "med", "--facts", str(bad))
     assert broken.returncode == 2 and "line 1" in broken.stderr
+
+
+def test_explain_takes_a_job_name_and_lists_the_jobs_a_name_shares(tmp_path: Path):
+    """Issue 21: `explain` by job name; a name several jobs share lists their ids."""
+    commands = [json.loads(line) for line in NOTEBOOK.read_text().splitlines() if line.strip()]
+    for command in commands:
+        if command.get("kind") == "SubmitServiceJob" and command["jobId"] in ("high", "low"):
+            command["jobName"] = "train"
+        elif command.get("kind") == "SubmitServiceJob":
+            command["jobName"] = f"{command['jobId']}-name"
+    renamed = write_lines(tmp_path / "renamed.jsonl", [json.dumps(c) for c in commands])
+    one = run("explain", "med-name", "--commands", str(renamed))
+    assert one.returncode == 0, one.stderr
+    assert one.stdout.startswith("med is waiting:") and "(job name med-name is job med)" in one.stderr
+    several = run("explain", "train", "--commands", str(renamed))
+    assert several.returncode == 1
+    assert "job name train names 2 jobs: high, low; give one job id" in several.stderr
+
+
+def test_epoch_times_read_as_iso_timestamps_and_durations_in_words():
+    from quotasched.services.explain.story import duration, when
+
+    assert when(1796147291.7) == "2026-12-01T17:48:11Z" and when(2.5) == "t=2.5 s"
+    assert [duration(s) for s in (0.5, 59, 192, 3600, 7500)] == [
+        "0.5 s", "59 s", "3 min 12 s", "1 h", "2 h 5 min"]
 
 
 def test_explain_refuses_a_log_it_cannot_fold(tmp_path: Path):
