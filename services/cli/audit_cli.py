@@ -191,13 +191,15 @@ def explain(
                     "URL (or set QUOTASCHED_NATS_URL)")  # fmt: skip
 
     def story_of(job: str) -> list:
+        from quotasched.services.cli.progress import reading
+
         if facts is not None:
-            with open(_readable(facts, "explain"), "rb") as handle:
+            with reading(_readable(facts, "explain"), f"reading {facts}") as handle:
                 return _told(job, handle, numbered=True)
         if commands is not None:
             from quotasched.services.replay import replay_lines
 
-            with open(_readable(commands, "explain"), "rb") as handle:
+            with reading(_readable(commands, "explain"), f"replaying {commands}") as handle:
                 return tell(replay_lines(handle), job)
         with audit.BusReader(nats_url, commands=False) as bus:
             return _told(job, (record.text for record in bus.facts()))

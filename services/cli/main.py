@@ -48,8 +48,10 @@ EXAMPLES = examples_dir()
 def _open_lines(path: str):
     if path == "-":
         return sys.stdin.buffer
+    from quotasched.services.cli.progress import reading
+
     try:
-        return open(path, "rb")
+        return reading(path, f"replaying {Path(path).name}")
     except OSError as error:
         typer.echo(f"quotasched replay: cannot read {path}: {error.strerror}", err=True)
         raise typer.Exit(2) from None
@@ -72,9 +74,9 @@ def replay(
     sys.stdout.flush()
     out = sys.stdout.buffer  # bytes straight from pydantic-core: no str round trip per fact
     try:
-        with handle:
+        with handle as lines:  # a progress reader on a terminal (services/cli/progress.py)
             buffer: list[bytes] = []
-            for fact in replay_lines(handle, state):
+            for fact in replay_lines(lines, state):
                 buffer.append(encode_bytes(fact))
                 if len(buffer) >= 4096:
                     out.write(b"\n".join(buffer) + b"\n")

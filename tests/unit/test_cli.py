@@ -6,6 +6,7 @@ import base64
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -455,3 +456,18 @@ def test_executor_with_a_damaged_attempt_file_says_which_and_exits_2(tmp_path):
     assert result.returncode == 2
     assert f"cannot read the executor's attempt file {tmp_path}/executor-process-qa.json" in \
         result.stderr.decode()
+
+
+@pytest.mark.skipif(shutil.which("script") is None, reason="util-linux `script` (a pseudo-terminal) not installed")
+def test_replay_draws_progress_on_a_terminal_only_and_prints_the_same_facts(tmp_path):
+    """Issue 21: long offline commands show progress on a terminal.  Standard error is a
+    pseudo-terminal here (`script`), standard output a file: the bar goes to the terminal and
+    the facts are byte-identical to a run without one."""
+    out = tmp_path / "facts.jsonl"
+    command = f"{QUOTASCHED} replay {NOTEBOOK} > {out}"
+    terminal = subprocess.run(["script", "-qec", command, "/dev/null"], capture_output=True,
+                              timeout=120)  # fmt: skip
+    assert terminal.returncode == 0, terminal.stdout
+    assert b"replaying notebook.jsonl" in terminal.stdout  # what the terminal showed
+    piped = run("replay", str(NOTEBOOK))
+    assert out.read_bytes() == piped.stdout and piped.stderr == b""
