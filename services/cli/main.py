@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import inspect
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -235,6 +237,41 @@ from quotasched.services.cli.endpoint_cli import register as _endpoint; _endpoin
 from quotasched.services.cli.simulate_cli import register as _simulate; _simulate(app)  # noqa: E402,E702  (simulate, synth-trace)
 from quotasched.services.cli.config_cli import register as _config; _config(app)  # noqa: E402,E702  (config apply, export)
 from quotasched.services.cli.agent_cli import register as _agent; _agent(app)  # noqa: E402,E702  (agent: a GPU host; logs)
+
+
+_ITEM = re.compile(r"^\s*(?:[-*]|\d+[.)]) ")
+
+
+def reflowed(doc):
+    """A docstring as help text: each paragraph's lines joined into one (rich wraps them to
+    the terminal), list items and indented lines kept on lines of their own.  Without this a
+    help text breaks where the source line did ("Ctrl-C stops it / all cleanly").  Anything
+    but a string (None, Typer's default placeholder) is left as it is."""
+    if not isinstance(doc, str):
+        return doc
+    paragraphs = []
+    for paragraph in inspect.cleandoc(doc).split("\n\n"):
+        lines: list[str] = []
+        for line in paragraph.splitlines():
+            if not lines or _ITEM.match(line) or line.startswith("    "):
+                lines.append(line.rstrip())
+            else:
+                lines[-1] += " " + line.strip()
+        paragraphs.append("\n".join(lines))
+    return "\n\n".join(paragraphs)
+
+
+def _reflow_all(typer_app: typer.Typer) -> None:
+    for command in typer_app.registered_commands:
+        command.help = reflowed(command.help or (command.callback.__doc__ if command.callback else None))
+    for group in typer_app.registered_groups:
+        group.help = reflowed(group.help)
+        if group.typer_instance is not None:
+            group.typer_instance.info.help = reflowed(group.typer_instance.info.help)
+            _reflow_all(group.typer_instance)
+
+
+_reflow_all(app)
 
 
 def main() -> None:

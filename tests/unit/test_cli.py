@@ -471,3 +471,11 @@ def test_replay_draws_progress_on_a_terminal_only_and_prints_the_same_facts(tmp_
     assert b"replaying notebook.jsonl" in terminal.stdout  # what the terminal showed
     piped = run("replay", str(NOTEBOOK))
     assert out.read_bytes() == piped.stdout and piped.stderr == b""
+
+
+def test_help_text_is_reflowed_not_broken_where_the_source_line_was():
+    """Issue 21: `up --help` read "Ctrl-C stops it" / "all cleanly" on two lines."""
+    shown = run("up", "--help", env={"COLUMNS": "200"}).stdout.decode()
+    assert "Ctrl-C stops it all cleanly" in shown
+    listing = run("--help", env={"COLUMNS": "200"}).stdout.decode()
+    assert "the scheduler, the projector and an executor." in listing  # one line in the list
