@@ -72,13 +72,14 @@ async def run_demo(console: Console, pause_s: float = 1.0, serve: bool = False,
                                  heartbeat_s=0.5, host_timeout_s=3.0)  # fmt: skip
             tags = {"command": GPU_JOB}
         async with Stack(settings, executor=executor, speed=1.0, aws_port=0, agent=agent,
-                         executor_state_dir=data_dir) as stack:  # fmt: skip
+                         executor_state_dir=data_dir, web_port=0) as stack:  # fmt: skip
             what = ("the GPU agent on fake GPUs 0, 1, 2" if agent is not None
                     else "simulated executor")  # fmt: skip
             console.print(f"[bold]Embedded stack up[/] at {stack.url} "
                           f"(nats-server, scheduler, {what})")  # fmt: skip
             console.print(f"AWS_ENDPOINT_URL_BATCH={stack.endpoint.url}", highlight=False,
                           soft_wrap=True)  # fmt: skip
+            console.print(f"WEB={stack.web.url}", highlight=False, soft_wrap=True)
             async with Bus(stack.url, name="quotasched-demo") as bus:
                 narrator = asyncio.create_task(_narrate(bus, console))
                 for command in SETUP:
@@ -128,7 +129,8 @@ def _serving(console: Console, stack: Stack) -> None:
                   "AWS_SECRET_ACCESS_KEY=demo AWS_DEFAULT_REGION=us-east-1\n"
                   "aws batch list-service-jobs --job-queue q --job-status RUNNING "
                   "--query 'jobSummaryList[].[jobName,quotaShareName]' --output text\n"
-                  f"QUOTASCHED_NATS_URL={stack.url} quotasched facts --follow",
+                  f"QUOTASCHED_NATS_URL={stack.url} quotasched facts --follow\n"
+                  f"the live web view: {stack.web.url}",
                   highlight=False, markup=False, soft_wrap=True)  # fmt: skip
 
 

@@ -46,14 +46,16 @@ class Stack:
                  executor_state_dir: str | None = None,
                  executor_job_queue: str | None = None,
                  data_lock: DataDirLock | None = None,
-                 aws_port: int | None = None, agent=None):  # fmt: skip
+                 aws_port: int | None = None, agent=None,
+                 web_port: int | None = None):  # fmt: skip
         """`projector_db`: run a projector writing that DuckDB file.  If it stops on a fact it
         cannot apply, the rest of the stack runs on (the projection is disposable; the
         scheduler does not depend on it) and `failed` holds the error, unless
         `projector_required` (`quotasched projector`), which stops the whole stack.
         `data_lock`: the data directory's lock `up` holds; the embedded server inherits it,
         so the store stays locked while the server lives.  `aws_port`: serve the AWS Batch
-        endpoint on loopback at that port (0: a free one; None: not at all).  `agent`: the
+        endpoint on loopback at that port (0: a free one; None: not at all); `web_port`, the
+        live web view (services/web) likewise.  `agent`: the
         GPU agent's options (services/executors/agent.py), with executor "agent"."""
         self.settings = settings
         self.port = port
@@ -75,6 +77,8 @@ class Stack:
         self.metrics: MetricsEndpoint | None = None  # GET /metrics, /healthz (metrics_port)
         self.aws_port = aws_port
         self.endpoint = None  # the AWS Batch endpoint (services/endpoint), when aws_port is set
+        self.web_port = web_port
+        self.web = None  # the live web view (services/web), when web_port is set
         self._nc = None
         self.stop = asyncio.Event()
         self._exit = AsyncExitStack()
@@ -128,18 +132,33 @@ class Stack:
                 await executor.join()  # advertised only once what a crash left is stopped
         if self.aws_port is not None:
             await self._start_endpoint()
+        if self.web_port is not None:
+            await self._start_web()
         return self
 
     async def _start_endpoint(self) -> None:
         """The AWS Batch endpoint, last: by then a request finds the whole stack running."""
-        from quotasched.services.client import Bus
         from quotasched.services.endpoint.server import Endpoint
 
-        bus = Bus(self.url, name="quotasched-aws-endpoint")
+        self.endpoint = await Endpoint(await self._bus("quotasched-aws-endpoint"),
+                                       self.aws_port).start()  # fmt: skip
+        self._exit.push_async_callback(self.endpoint.close)
+
+    async def _start_web(self) -> None:
+        """The live web view, read-only on loopback, over its own connection."""
+        from quotasched.services.web import WebView
+
+        self.web = await WebView(await self._bus("quotasched-web"), self.web_port).start()
+        self._exit.push_async_callback(self.web.close)
+
+    async def _bus(self, name: str):
+        """A connected client `Bus` of its own, closed when the stack stops."""
+        from quotasched.services.client import Bus
+
+        bus = Bus(self.url, name=name)
         await bus.__aenter__()
         self._exit.push_async_callback(bus.close)
-        self.endpoint = await Endpoint(bus, self.aws_port).start()
-        self._exit.push_async_callback(self.endpoint.close)
+        return bus
 
     def _start_server(self) -> None:
         lock = self.data_lock
@@ -260,19 +279,23 @@ class Stack:
 async def serve(settings: Settings, *, port: int | None, executor: str, speed: float,
                 announce: Callable[[str], None], projector_db: str | None = None,
                 data_lock: DataDirLock | None = None, aws_port: int | None = None,
-                agent=None) -> int:  # fmt: skip
+                agent=None, web_port: int | None = None) -> int:  # fmt: skip
     """Run until SIGINT/SIGTERM; the first thing announced is the NATS URL, then (with
-    `aws_port`) `AWS_ENDPOINT_URL_BATCH=<the AWS Batch endpoint's URL>`.  Returns the exit
+    `aws_port`) `AWS_ENDPOINT_URL_BATCH=<the AWS Batch endpoint's URL>`, then (with `web_port`)
+    `WEB=<the live web view's URL>`.  Returns the exit
     status: 1 if the projector stopped on a fact it could not apply, else 0.  `data_lock`:
     the lock of settings.data_dir, taken by the caller before anything touched it."""
     # The executor's ledger sits beside the streams: `up` again on the same data directory ends
     # the attempts a killed `up` left running (services/executors/ledger.py).
     async with Stack(settings, port=port, executor=executor, speed=speed,
                      projector_db=projector_db, executor_state_dir=settings.data_dir,
-                     data_lock=data_lock, aws_port=aws_port, agent=agent) as stack:  # fmt: skip
+                     data_lock=data_lock, aws_port=aws_port, agent=agent,
+                     web_port=web_port) as stack:  # fmt: skip
         announce(stack.url)
         if stack.endpoint is not None:
             announce(f"AWS_ENDPOINT_URL_BATCH={stack.endpoint.url}")
+        if stack.web is not None:
+            announce(f"WEB={stack.web.url}")
         stop_on_signals(stack.stop)
         await stack.stop.wait()
     log.info("stopped")

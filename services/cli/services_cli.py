@@ -59,6 +59,10 @@ def up(
         "--aws-port", help="Serve the AWS Batch API (rest-json, for `aws batch --endpoint-url` "
                            "and boto3) on 127.0.0.1 at this port (default: a free one; 0 or "
                            "off: not at all).", show_default=False)] = None,
+    web_port: Annotated[Optional[str], typer.Option(
+        "--web-port", help="Serve the live web view (read-only) on 127.0.0.1 at this port "
+                           "(default: a free one; 0 or off: not at all).",
+        show_default=False)] = None,
     gpus: Annotated[Optional[str], typer.Option("--gpus", help="--executor agent: the GPUs to hand out (0,1,2; default: NVML's).", show_default=False)] = None,
     capacity_unit: Annotated[Optional[str], typer.Option("--capacity-unit", help="--executor agent: the unit one GPU is.", show_default=False)] = None,
     service_environment: Annotated[Optional[str], typer.Option("--service-environment", help="--executor agent: the service environment whose capacity the GPUs are.", show_default=False)] = None,
@@ -68,7 +72,8 @@ def up(
 
     The first line printed is the NATS URL to point the CLI and clients at; the second,
     `AWS_ENDPOINT_URL_BATCH=http://127.0.0.1:PORT`, the AWS Batch endpoint for the real AWS CLI
-    and boto3 (unless --aws-port off).  Ctrl-C stops it
+    and boto3 (unless --aws-port off); the third, `WEB=http://127.0.0.1:PORT`, the live web view
+    (unless --web-port off).  Ctrl-C stops it
     all cleanly; starting again on the same --data-dir resumes where it stopped.  The projector
     keeps --db up to date with the fact log and answers queries over NATS (qm.proj.*); while it
     runs, no other process can open that file.
@@ -83,6 +88,7 @@ def up(
     from quotasched.services.datadir import DataDirError, lock
     from quotasched.services.embedded import ServerStartError
     from quotasched.services.endpoint.server import EndpointError
+    from quotasched.services.web import WebError
 
     if executor not in ("simulated", "process", "sagemaker", "agent", "none"):
         typer.echo("quotasched up: --executor must be simulated, process, sagemaker, agent or "
@@ -95,6 +101,7 @@ def up(
         agent = agent_options("up", gpus, capacity_unit, service_environment,
                               logs_dir=str(data_dir / "logs"))  # fmt: skip
     endpoint_port = _aws_port(aws_port)
+    view_port = _aws_port(web_port, "--web-port")
     try:  # before anything touches the store: no second `up` on it, no traceback for a bad dir
         held = lock(data_dir, store=nats_url is None)
     except DataDirError as error:
@@ -107,6 +114,8 @@ def up(
                 check_port_free(port)  # before the server opens the store, before any log line
             if endpoint_port:
                 check_port_free(endpoint_port)  # the AWS Batch endpoint's, likewise
+            if view_port:
+                check_port_free(view_port)  # the web view's, likewise
             from quotasched.services.runtime import serve
 
             logs.configure()
@@ -115,18 +124,20 @@ def up(
             code = asyncio.run(serve(settings, port=port, executor=executor, speed=speed,
                                      announce=lambda url: print(url, flush=True),
                                      projector_db=projector_db, data_lock=held,
-                                     aws_port=endpoint_port, agent=agent))  # fmt: skip
+                                     aws_port=endpoint_port, agent=agent,
+                                     web_port=view_port))  # fmt: skip
         except ServerStartError as error:
             _refuse(error)
-        except EndpointError as error:
+        except (EndpointError, WebError) as error:
             _refuse(error)
         except Exception as error:
             _refuse_projector(error)
     raise typer.Exit(code)
 
 
-def _aws_port(value: str | None) -> int | None:
-    """--aws-port: None (not given) is a free port (0 to the endpoint); 0 or off, none."""
+def _aws_port(value: str | None, option: str = "--aws-port") -> int | None:
+    """--aws-port (or --web-port): None (not given) is a free port (0 to the server); 0 or
+    off, none."""
     if value is None:
         return 0
     if value.strip().lower() in ("0", "off"):
@@ -136,7 +147,7 @@ def _aws_port(value: str | None) -> int | None:
     except ValueError:
         port = -1
     if not 0 < port < 65536:
-        typer.echo(f"quotasched up: --aws-port must be a port (1-65535), 0 or off, not {value!r}",
+        typer.echo(f"quotasched up: {option} must be a port (1-65535), 0 or off, not {value!r}",
                    err=True)  # fmt: skip
         raise typer.Exit(2)
     return port

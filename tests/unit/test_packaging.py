@@ -58,6 +58,9 @@ def test_the_wheel_adds_one_top_level_name(wheel: Path):
     assert "quotasched/services/cli/main.py" in names
     assert "quotasched/examples/notebook.jsonl" in names  # `quotasched demo` needs it
     assert "quotasched/examples/simulate/itp-fixed.yaml" in names
+    for static in ("index.html", "app.js", "style.css", "vendor/chart.umd.min.js",
+                   "vendor/LICENSE.md", "vendor/PROVENANCE"):  # the web view, offline
+        assert f"quotasched/services/web/static/{static}" in names
     assert not any("/_native/" in name for name in names)  # a build is local, never shipped
 
 

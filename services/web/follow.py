@@ -1,0 +1,106 @@
+"""Following the fact log for the web view: one small event per fact, fanned out to every open
+event stream, and the recent dispatches and preemptions of each job queue.
+
+The follower runs on the stack's event loop, beside the scheduler, so it does as little as it
+can per fact: the job queue, share and kind come from the subject (`qm.fact.<queue>.<share>.
+<kind>`); the payload is parsed as plain JSON for the job id and time; a dispatch or a
+preemption is kept as it came and decoded into a fact (for its sentence) only when the page
+asks for the recent activity.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import deque
+from typing import Any
+
+from quotasched.events.codec import decode_fact
+from quotasched.events.subjects import ANY
+from quotasched.services import logs
+from quotasched.services.bus import last_sequence
+from quotasched.services.scheduler.log import ALL_FACTS, read_log
+
+log = logs.get("quotasched.web")
+
+RECENT = 50  # dispatches and preemptions kept per job queue
+LOOK_BACK = 5000  # facts read before the log's end at start, for the recent activity
+CLIENT_BACKLOG = 1000  # events queued for a slow page before it is told to re-fetch everything
+SHOWN_KINDS = ("JobDispatched", "JobPreempted")
+
+
+def event_of(seq: int, data: bytes, subject: str) -> dict[str, Any]:
+    """The event pushed for one fact: {seq, kind, jobQueue, quotaShareName, jobId, at}."""
+    parts = subject.split(".")
+    kind = parts[-1]
+    queue = parts[2] if len(parts) >= 5 and parts[2] != ANY else None
+    share = parts[3] if len(parts) >= 5 and parts[3] != ANY else None
+    event: dict[str, Any] = {"seq": seq, "kind": kind, "jobQueue": queue, "quotaShareName": share}
+    try:
+        payload = json.loads(data)
+    except ValueError:
+        return event
+    if isinstance(payload, dict):
+        event["jobId"] = payload.get("jobId")
+        event["at"] = payload.get("at")
+    return event
+
+
+class Follower:
+    """`run()` follows the log until cancelled; `listen()` / `unlisten(queue)` for a stream's
+    own queue of events; `activity(job_queue)` the latest dispatches and preemptions."""
+
+    def __init__(self, js):
+        self.js = js
+        self.listeners: set[asyncio.Queue] = set()
+        self.recent: dict[str, deque] = {}
+        self.position = 0
+        self.last_at: float | None = None
+
+    def listen(self) -> asyncio.Queue:
+        inbox: asyncio.Queue = asyncio.Queue(maxsize=CLIENT_BACKLOG)
+        self.listeners.add(inbox)
+        return inbox
+
+    def unlisten(self, inbox: asyncio.Queue) -> None:
+        self.listeners.discard(inbox)
+
+    def close(self) -> None:
+        """Ends every open stream (a None in its queue)."""
+        for inbox in list(self.listeners):
+            self._put(inbox, None)
+
+    async def run(self) -> None:
+        end = await last_sequence(self.js, ALL_FACTS)
+        start = max(1, end - LOOK_BACK + 1)
+        async for seq, data, subject in read_log(self.js, start_seq=start, follow=True):
+            event = event_of(seq, data, subject)
+            self.position = seq
+            if isinstance(event.get("at"), (int, float)):
+                self.last_at = event["at"]
+            if event["kind"] in SHOWN_KINDS and event["jobQueue"] is not None:
+                self.recent.setdefault(event["jobQueue"], deque(maxlen=RECENT)).append((event, data))
+            for inbox in list(self.listeners):
+                self._put(inbox, event)
+
+    def activity(self, job_queue: str) -> list[dict]:
+        """The queue's recent dispatches and preemptions, newest first, each with its sentence."""
+        from quotasched.services.cli.narrate import sentence
+
+        shown = []
+        for event, data in reversed(self.recent.get(job_queue, ())):
+            try:
+                shown.append({**event, "sentence": sentence(decode_fact(data))})
+            except ValueError as error:  # a fact this version cannot read: without words
+                log.warning("the web view cannot read a fact", seq=event["seq"], error=str(error))
+                shown.append({**event, "sentence": f"{event['kind']} {event.get('jobId')}"})
+        return shown
+
+    @staticmethod
+    def _put(inbox: asyncio.Queue, event: dict | None) -> None:
+        try:
+            inbox.put_nowait(event)
+        except asyncio.QueueFull:  # a page that does not keep up: it re-fetches everything
+            while not inbox.empty():
+                inbox.get_nowait()
+            inbox.put_nowait({"kind": "Resync"} if event is not None else None)

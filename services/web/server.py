@@ -1,0 +1,167 @@
+"""The web view's HTTP side: an aiohttp server on loopback, read-only (GET only).
+
+    GET /                                the page (static/index.html)
+    GET /static/...                      its script, style and vendored Chart.js
+    GET /api/queues                      {"jobQueues": [...], "position": last fact seen}
+    GET /api/queue?name=Q                shares (per unit: limit, inUse, borrowed, lent, ...)
+                                         and heads with their blocked reasons
+    GET /api/activity?name=Q             recent dispatches and preemptions (from the log)
+    GET /api/job?id=J                    describe-service-job and the job's story (explain)
+    GET /api/utilization?window=1h&per=share   the projector's utilization, or why none
+    GET /api/events                      Server-Sent Events: one `fact` event per fact
+
+An error is `{"error": message}` with status 400 (a bad request, an unknown queue or job) or
+503 (the scheduler does not answer).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+from aiohttp import web
+
+from quotasched.services import logs
+from quotasched.services.client_commands import ClientError
+from quotasched.services.endpoint.server import is_loopback
+from quotasched.services.web import answers
+from quotasched.services.web.follow import Follower
+
+log = logs.get("quotasched.web")
+
+HOST = "127.0.0.1"
+STATIC = Path(__file__).parent / "static"
+HEARTBEAT_S = 15.0
+BATCH_S = 0.1  # at most ten writes a second per page, whatever the rate of facts
+
+
+class WebError(RuntimeError):
+    """The web view could not start (its port is taken, or a host other than loopback)."""
+
+
+def _json(value, status: int = 200) -> web.Response:
+    return web.json_response(value, status=status, headers={"Cache-Control": "no-store"})
+
+
+class WebView:
+    """`await WebView(bus, port).start()`; `url` once started; `await close()`.  `bus` is a
+    connected `services.client.Bus` (its connection also asks the projector and reads the log);
+    port 0 takes a free one."""
+
+    def __init__(self, bus, port: int = 0, host: str = HOST):
+        self.bus = bus
+        self.port = port
+        self.host = host
+        self.url: str | None = None
+        self.follower = Follower(bus.js)
+        self._runner: web.AppRunner | None = None
+        self._task: asyncio.Task | None = None
+
+    async def start(self) -> WebView:
+        if not is_loopback(self.host):
+            raise WebError(f"the web view serves loopback only, not {self.host}")
+        app = web.Application()
+        app.router.add_get("/", self._page)
+        app.router.add_static("/static/", STATIC, follow_symlinks=False)
+        for path, handler in (("queues", self._queues), ("queue", self._queue),
+                              ("activity", self._activity), ("job", self._job),
+                              ("utilization", self._utilization), ("events", self._events)):
+            app.router.add_get(f"/api/{path}", handler)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False,
+                                     shutdown_timeout=1.0)  # fmt: skip
+        await self._runner.setup()
+        try:
+            await web.TCPSite(self._runner, self.host, self.port).start()
+        except OSError as error:
+            await self._runner.cleanup()
+            self._runner = None
+            raise WebError(f"the web view cannot listen on {self.host}:{self.port}: "
+                           f"{error.strerror or error}") from None  # fmt: skip
+        self.port = self._runner.addresses[0][1]
+        self.url = f"http://{self.host}:{self.port}"
+        self._task = asyncio.create_task(self._follow())
+        return self
+
+    async def _follow(self) -> None:
+        try:
+            await self.follower.run()
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:  # the page still answers; it just is no longer pushed to
+            log.error("the web view stopped following the fact log", error=repr(error))
+
+    async def close(self) -> None:
+        self.follower.close()
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    # -- handlers ------------------------------------------------------------------------------
+
+    async def _page(self, request: web.Request) -> web.StreamResponse:
+        return web.FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-store"})
+
+    async def _answer(self, work) -> web.Response:
+        try:
+            return _json(await work)
+        except ClientError as error:
+            return _json({"error": str(error)}, 400)
+        except (asyncio.TimeoutError, TimeoutError) as error:
+            return _json({"error": f"the scheduler did not answer: {error}"}, 503)
+
+    async def _queues(self, request: web.Request) -> web.Response:
+        async def work():
+            return {**await answers.queues(self.bus), "position": self.follower.position}
+
+        return await self._answer(work())
+
+    async def _queue(self, request: web.Request) -> web.Response:
+        return await self._answer(answers.queue(self.bus, request.query.get("name", "")))
+
+    async def _activity(self, request: web.Request) -> web.Response:
+        return _json({"events": self.follower.activity(request.query.get("name", ""))})
+
+    async def _job(self, request: web.Request) -> web.Response:
+        job_id = request.query.get("id", "").strip()
+        if not job_id:
+            return _json({"error": "give a job id: /api/job?id=JOB_ID"}, 400)
+        return await self._answer(answers.job(self.bus, self.bus.js, job_id))
+
+    async def _utilization(self, request: web.Request) -> web.Response:
+        per = request.query.get("per", "share")
+        return await self._answer(answers.utilization(
+            self.bus.nc, request.query.get("window", "1h"), per, self.follower.last_at))  # fmt: skip
+
+    async def _events(self, request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream",
+                                               "Cache-Control": "no-store"})  # fmt: skip
+        await response.prepare(request)
+        inbox = self.follower.listen()
+        try:
+            await response.write(b"retry: 2000\nevent: hello\ndata: "
+                                 + json.dumps({"position": self.follower.position}).encode()
+                                 + b"\n\n")  # fmt: skip
+            while True:
+                try:
+                    event = await asyncio.wait_for(inbox.get(), HEARTBEAT_S)
+                except (asyncio.TimeoutError, TimeoutError):
+                    await response.write(b": keep-alive\n\n")
+                    continue
+                events = [event]
+                while events[-1] is not None and not inbox.empty():  # a burst: one write
+                    events.append(inbox.get_nowait())
+                closing = events[-1] is None  # the view is closing
+                await response.write("".join(f"event: fact\ndata: {json.dumps(e)}\n\n"
+                                             for e in events if e is not None).encode())
+                if closing:
+                    break
+                await asyncio.sleep(BATCH_S)  # a burst of facts goes out in a few writes
+        except ConnectionResetError:  # the page went away
+            pass
+        finally:
+            self.follower.unlisten(inbox)
+        return response

@@ -1,0 +1,181 @@
+"""The live web view of a real `quotasched up` (services/web): its JSON answers what the
+scheduler's read API answers for the notebook's story, its event stream pushes a new job's
+submission, its page ships Chart.js itself, and (with a headless Chromium) the page shows the
+shares.  QUOTASCHED_WRITE_SCREENSHOT=1 saves the browser's screenshot as docs/web-view.png."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from quotasched.services.client import Bus
+from quotasched.services.report import png as report_png
+from tests.integration.conftest import Process
+from tests.integration.helpers import NO_TICKS
+
+pytestmark = [pytest.mark.nats]
+
+ROOT = Path(__file__).resolve().parents[2]
+UNIT = "ml.g5.xlarge"
+START_CEILING_S = 120.0  # generous, for 2 busy cores
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    """(NATS URL, web URL) of `quotasched up --executor simulated` (with its projector)."""
+    tmp = tmp_path_factory.mktemp("web-view")
+    up = Process(["up", "--data-dir", str(tmp / "data"), "--executor", "simulated"],
+                 {**os.environ, **NO_TICKS}, tmp / "up.log")  # fmt: skip
+    try:
+        deadline = time.monotonic() + START_CEILING_S
+        while not any(line.startswith("WEB=") for line in up.output().splitlines()):
+            if up.popen.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"`up` printed no WEB= line:\n{up.output()}")
+            time.sleep(0.1)
+        lines = [line for line in up.output().splitlines()
+                 if line.startswith(("nats://", "AWS_ENDPOINT_URL_BATCH=", "WEB="))]  # fmt: skip
+        assert [line.split(":", 1)[0].split("=")[0] for line in lines] == \
+            ["nats", "AWS_ENDPOINT_URL_BATCH", "WEB"], lines  # its own line, after the AWS one
+        web = lines[2].split("=", 1)[1]
+        assert web.startswith("http://127.0.0.1:")  # loopback only
+        yield lines[0], web
+    finally:
+        assert up.stop() == 0, up.output()
+
+
+async def notebook(bus: Bus) -> None:
+    """The notebook's commands as a live client sends them (stamped by the scheduler)."""
+    for line in (ROOT / "examples" / "notebook.jsonl").read_text().splitlines():
+        command = json.loads(line)
+        command.pop("at", None)
+        await bus.submit_and_wait(command)
+
+
+async def get(session: aiohttp.ClientSession, url: str) -> dict:
+    async with session.get(url) as response:
+        assert response.status == 200, await response.text()
+        return await response.json()
+
+
+async def next_event(stream: aiohttp.ClientResponse, wanted, timeout: float = 10.0) -> dict:
+    """The first `fact` event of the stream for which wanted(event) holds."""
+    async def read() -> dict:
+        kind = None
+        async for raw in stream.content:
+            line = raw.decode().rstrip("\n")
+            if line.startswith("event: "):
+                kind = line[7:]
+            elif line.startswith("data: ") and kind == "fact":
+                event = json.loads(line[6:])
+                if wanted(event):
+                    return event
+        raise AssertionError("the event stream ended")
+
+    return await asyncio.wait_for(read(), timeout)
+
+
+async def test_the_web_view_answers_what_the_scheduler_answers_and_pushes_facts(stack):
+    nats_url, web = stack
+    async with Bus(nats_url, name="test-web-view") as bus, aiohttp.ClientSession() as session:
+        async with session.get(f"{web}/api/events") as stream:
+            assert stream.headers["Content-Type"].startswith("text/event-stream")
+            await notebook(bus)
+            # the stream pushed the notebook's facts as they landed
+            event = await next_event(stream, lambda e: e["kind"] == "JobPreempted")
+            assert event["jobQueue"] == "q"
+
+            queues = await get(session, f"{web}/api/queues")
+            assert queues["jobQueues"] == ["q"] and queues["position"] >= event["seq"]
+            view = await get(session, f"{web}/api/queue?name=q")
+            shares = (await bus.request("list-quota-shares", jobQueue="q"))["quotaShares"]
+            assert [s["quotaShareName"] for s in view["shares"]] == ["qs1", "qs2", "qs3"]
+            assert view["units"] == [UNIT]
+            for row, share in zip(view["shares"], shares):
+                unit = row["units"][UNIT]
+                assert unit["limit"] == 1 == share["capacityLimits"][0]["maxCapacity"]
+                assert unit["inUse"] == share["usage"].get(UNIT, 0)
+                assert row["strategy"] == share["resourceSharingConfiguration"]["strategy"]
+            # by hand: low (raised to 4) runs in qs1 after preempting high, b1 took qs2 back
+            in_use = {row["quotaShareName"]: row["units"][UNIT]["inUse"] for row in view["shares"]}
+            assert in_use == {"qs1": 1, "qs2": 1, "qs3": 0}
+            assert all(row["units"][UNIT]["borrowed"] == 0 for row in view["shares"])
+            snapshot = await bus.request("get-job-queue-snapshot", jobQueue="q")
+            heads = {share: jobs[0]["jobArn"].rsplit("/", 1)[-1]
+                     for share, jobs in snapshot["frontOfQuotaShares"]["quotaShares"].items()
+                     if jobs}  # fmt: skip
+            assert {h["quotaShareName"]: h["jobId"] for h in view["heads"]} == heads == {"qs1": "high"}
+
+            activity = await get(session, f"{web}/api/activity?name=q")
+            kinds = [e["kind"] for e in activity["events"]]
+            assert kinds.count("JobPreempted") == 2 and "JobDispatched" in kinds, kinds
+            assert all(e["sentence"] for e in activity["events"])
+
+            story = await get(session, f"{web}/api/job?id=med")
+            described = await bus.request("describe-service-job", jobId="med")
+            assert story["job"]["attempts"] == described["attempts"]
+            assert story["text"].startswith("med") and "preempted" in story["text"]
+            assert [e["kind"] for e in story["story"]][0] == "JobSubmitted"
+
+            utilization = await get(session, f"{web}/api/utilization?window=15m")
+            assert utilization["available"], utilization  # `up` runs the projector
+            assert {r["quota_share"] for r in utilization["rows"]} >= {"qs1", "qs2"}
+
+            # a new job: its submission is pushed
+            await bus.submit_and_wait({"kind": "SubmitServiceJob", "jobId": "extra",
+                                       "jobName": "extra", "jobQueue": "q",
+                                       "quotaShareName": "qs3",
+                                       "capacityUsage": [{"capacityUnit": UNIT, "quantity": 1}]})
+            event = await next_event(stream, lambda e: e.get("jobId") == "extra")
+            assert event["kind"] == "JobSubmitted" and event["quotaShareName"] == "qs3"
+
+        # the page and its vendored Chart.js, offline; read-only
+        async with session.get(f"{web}/") as page:
+            html = await page.text()
+        assert '<script src="/static/vendor/chart.umd.min.js">' in html and "https://" not in html
+        async with session.get(f"{web}/static/vendor/chart.umd.min.js") as chart:
+            assert chart.status == 200 and (await chart.text()).startswith("/*!\n * Chart.js v4")
+        async with session.post(f"{web}/api/queue?name=q") as refused:
+            assert refused.status == 405
+        async with session.get(f"{web}/api/queue?name=nope") as missing:
+            assert missing.status == 400 and "nope" in (await missing.json())["error"]
+
+
+def test_the_page_shows_the_shares_in_a_headless_browser(stack, tmp_path):
+    browser = report_png.chromium() or shutil.which("chromium")
+    if browser is None:
+        pytest.skip("NO HEADLESS CHROMIUM: the page itself was not rendered (install chromium "
+                    "or set QUOTASCHED_CHROMIUM); its JSON and event stream were tested")
+    _, web = stack
+    shot = tmp_path / "web-view.png"
+    common = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+              f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1280,900",
+              "--virtual-time-budget=5000"]  # fmt: skip
+    dom = subprocess.run([*common, "--dump-dom", f"{web}/?job=med"], capture_output=True,
+                         text=True, timeout=60)  # fmt: skip
+    assert all(f'data-share="{name}"' in dom.stdout for name in ("qs1", "qs2", "qs3")), dom.stderr
+    assert "<canvas" in dom.stdout and "The story of job med" in dom.stdout
+    subprocess.run([*common, f"--screenshot={shot}", f"{web}/?job=med"], capture_output=True,
+                   timeout=60)  # fmt: skip
+    assert shot.exists() and shot.stat().st_size > 10_000
+    if os.environ.get("QUOTASCHED_WRITE_SCREENSHOT") == "1":
+        shutil.copy2(shot, ROOT / "docs" / "web-view.png")
+
+
+@pytest.mark.parametrize("value", ["abc", "70000"])
+def test_a_web_port_that_is_not_a_port_is_a_one_line_error(tmp_path, value):
+    done = subprocess.run([str(Path(sys.executable).parent / "quotasched"), "up", "--data-dir",
+                           str(tmp_path / "data"), "--web-port", value],
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr.strip() == (f"quotasched up: --web-port must be a port (1-65535), 0 or "
+                                   f"off, not {value!r}")  # fmt: skip
+    assert not (tmp_path / "data" / "jetstream").exists()
