@@ -74,14 +74,16 @@ async def wait_leading(process, timeout: float = 20.0) -> None:
     await eventually(leading, timeout, what="the scheduler leading")
 
 
-async def wait_projector(bus, process, timeout: float = 20.0) -> dict:
-    """Until the projector process answers `position`."""
+async def wait_projector(bus, process, timeout: float = 20.0, ask_s: float = 1.0) -> dict:
+    """Until the projector process answers `position`.  `ask_s`: how long one request may
+    wait (a restarted projector far behind, applying tiny batches on a loaded machine,
+    answers between batches, late)."""
 
     async def answers():
         if process.popen.poll() is not None:
             raise AssertionError(describe_process(process))
         try:
-            return await request(bus.nc, "position", timeout=1.0)
+            return await request(bus.nc, "position", timeout=ask_s)
         except ProjectorError:
             return None
 
@@ -268,7 +270,7 @@ async def test_kill_9_mid_stream_resumes_exactly(nats_server, spawn, tmp_path):
             assert projector.popen.returncode == -signal.SIGKILL
             positions.append(seen["position"])
             projector = spawn("projector", "--db", str(db), **small)
-            await wait_projector(bus, projector)
+            await wait_projector(bus, projector, timeout=90, ask_s=15.0)  # like `reached`
             started = logged(projector, "projector started")[-1]
             # resumed from what the file committed: at least what it reported before the kill
             assert started["position"] >= seen["position"]

@@ -82,7 +82,7 @@ async def test_scheduler_and_projector_killed_at_random_points(tmp_path, nats_se
             nonlocal projector
             positions = []
             for _ in range(PROJECTOR_KILLS):
-                await wait_projector(bus, projector, timeout=30)
+                await wait_projector(bus, projector, timeout=60, ask_s=15.0)  # a restart, far behind
                 await asyncio.sleep(rng.uniform(0.5, 4.0))
                 position = (await request(bus.nc, "position", timeout=5.0))["position"]
                 projector.kill()
@@ -120,7 +120,7 @@ async def test_scheduler_and_projector_killed_at_random_points(tmp_path, nats_se
 
         # the projector, killed 6 times, ends equal to a clean rebuild of the same log
         last = len(facts)
-        await wait_projector(bus, projector, timeout=30)
+        await wait_projector(bus, projector, timeout=60, ask_s=15.0)
         assert await wait_for_position(bus.nc, last, timeout=90) == last
         facts_file = tmp_path / "facts.jsonl"
         assert await write_fact_file(bus.js, facts_file) == last
