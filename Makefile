@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 SDK    := .venv-sagemaker
 
-.PHONY: demo test bench native clean
+.PHONY: demo test bench native clean browser
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,7 +33,18 @@ EXECUTOR ?= simulated
 demo: native
 	$(BIN)/quotasched demo --executor $(EXECUTOR)
 
-test: native $(SDK)/.installed
+# A headless Chromium for the web view's and the report's browser tests: installed with apt
+# where it is missing and apt can (root, Debian/Ubuntu; about 20 s); otherwise those tests
+# skip with a loud reason.
+browser:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 \
+	  || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 \
+	       && { DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium >/dev/null 2>&1 \
+	            || { apt-get update -q >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium >/dev/null 2>&1; }; } \
+	       && echo "installed chromium (apt) for the browser tests"; } \
+	  || echo "no chromium, and apt cannot install it here: the browser tests will skip"
+
+test: native $(SDK)/.installed browser
 	$(BIN)/python -m pytest
 
 bench: native
