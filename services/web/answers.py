@@ -91,16 +91,26 @@ async def queue(bus, name: str) -> dict[str, Any]:
 
 async def job(bus, js, job_id: str) -> dict[str, Any]:
     """describe-service-job (its attempts) and the job's story, as `quotasched explain` tells
-    it: the log is read here, the folding runs in a thread (not on the scheduler's loop)."""
-    from quotasched.services.cli.audit_cli import _told
+    it: the log is read here, the folding runs in a thread (not on the scheduler's loop).  A
+    job name works like an id; a name several jobs share answers their ids (`matches`)."""
+    from quotasched.services.cli.audit_cli import _ids_named, _told
     from quotasched.services.explain import render
     from quotasched.services.scheduler.log import read_log
 
+    texts = [data async for _, data, _ in read_log(js)]
     try:
         described = await bus.request("describe-service-job", jobId=job_id)
     except ClientError as error:
         described = {"error": str(error)}
-    texts = [data async for _, data, _ in read_log(js)]
+        named = _ids_named(job_id, texts)  # not an id: a job name, as `explain` takes it
+        if len(named) > 1:
+            text = (f"Job name {job_id} names {len(named)} jobs: {', '.join(named)}; search for "
+                    "one of their ids.")  # fmt: skip
+            return {"jobId": None, "matches": named, "story": [], "job": {"error": text},
+                    "text": text}  # fmt: skip
+        if named:
+            job_id = named[0]
+            described = await bus.request("describe-service-job", jobId=job_id)
     entries = await asyncio.to_thread(_told, job_id, texts)
     return {"jobId": job_id, "job": described,
             "story": [entry.document() for entry in entries],

@@ -6,7 +6,8 @@
     GET /api/queue?name=Q                shares (per unit: limit, inUse, borrowed, lent, ...)
                                          and heads with their blocked reasons
     GET /api/activity?name=Q             recent dispatches and preemptions (from the log)
-    GET /api/job?id=J                    describe-service-job and the job's story (explain)
+    GET /api/job?id=J                    describe-service-job and the job's story (explain); J
+                                         may be a job name
     GET /api/utilization?window=1h&per=share   the projector's utilization, or why none
     GET /api/events                      Server-Sent Events: one `fact` event per fact
 

@@ -139,11 +139,16 @@ async def test_the_web_view_answers_what_the_scheduler_answers_and_pushes_facts(
 
             # a new job: its submission is pushed
             await bus.submit_and_wait({"kind": "SubmitServiceJob", "jobId": "extra",
-                                       "jobName": "extra", "jobQueue": "q",
+                                       "jobName": "extra-run", "jobQueue": "q",
                                        "quotaShareName": "qs3",
                                        "capacityUsage": [{"capacityUnit": UNIT, "quantity": 1}]})
             event = await next_event(stream, lambda e: e.get("jobId") == "extra")
             assert event["kind"] == "JobSubmitted" and event["quotaShareName"] == "qs3"
+
+            # the search takes a job name too, as `explain` does (issue 21)
+            by_name = await get(session, f"{web}/api/job?id=extra-run")
+            assert by_name["jobId"] == "extra" and by_name["job"]["jobName"] == "extra-run"
+            assert by_name["text"].startswith("extra ")
 
         # the page and its vendored Chart.js, offline; read-only
         async with session.get(f"{web}/") as page:
