@@ -15,7 +15,7 @@ from typing import Annotated, NoReturn, Optional
 
 import typer
 
-from quotasched.services.cli.services_cli import NatsUrl, _settings
+from quotasched.services.cli.services_cli import NatsUrl, _settings, check_attempt_file
 
 
 def register(app: typer.Typer) -> None:
@@ -90,7 +90,6 @@ def agent_command(
     import asyncio
 
     from quotasched.services import logs
-    from quotasched.services.executors.ledger import Ledger, LedgerError
     from quotasched.services.runtime import Stack, stop_on_signals
 
     if nats_url is None:
@@ -101,11 +100,7 @@ def agent_command(
         logs_dir=str(logs_dir) if logs_dir else str(state_dir / "logs"), grace_s=grace,
         place_timeout_s=place_timeout, victim_timeout_s=victim_timeout,
         heartbeat_s=heartbeat, host_timeout_s=host_timeout)  # fmt: skip
-    try:  # a damaged attempt file stops the start here, with its path, not in a traceback
-        Ledger(str(state_dir / f"{options.durable}.json"))
-    except LedgerError as error:
-        typer.echo(f"quotasched agent: {error}", err=True)
-        raise typer.Exit(2) from None
+    check_attempt_file("agent", state_dir / f"{options.durable}.json")
     logs.configure()
 
     async def run():

@@ -46,6 +46,18 @@ def _settings(nats_url: Optional[str], **values) -> "Settings":
     return Settings(nats_url=nats_url, **{k: v for k, v in values.items() if v is not None})
 
 
+def check_attempt_file(verb: str, path: Path) -> None:
+    """Open an executor's attempt file before starting, so that a damaged one stops the start
+    with its path (exit 2), not in a traceback from inside the running stack."""
+    from quotasched.services.executors.ledger import Ledger, LedgerError
+
+    try:
+        Ledger(str(path))
+    except LedgerError as error:
+        typer.echo(f"quotasched {verb}: {error}", err=True)
+        raise typer.Exit(2) from None
+
+
 def up(
     nats_url: NatsUrl = None,
     data_dir: Annotated[Path, typer.Option("--data-dir", help="Where the embedded server keeps its streams.")] = Path(".quotasched"),
@@ -264,13 +276,8 @@ def executor_command(
         typer.echo(f"quotasched executor: --job-queue {job_queue}: {NAME_RULE}", err=True)
         raise typer.Exit(2)
     from quotasched.services.executors.base import consumer_name
-    from quotasched.services.executors.ledger import Ledger, LedgerError
 
-    try:  # a damaged attempt file stops the start here, with its path, not in a traceback
-        Ledger(str(state_dir / f"{consumer_name(kind, name, job_queue)}.json"))
-    except LedgerError as error:
-        typer.echo(f"quotasched executor: {error}", err=True)
-        raise typer.Exit(2) from None
+    check_attempt_file("executor", state_dir / f"{consumer_name(kind, name, job_queue)}.json")
     logs.configure()
 
     async def run() -> None:

@@ -458,6 +458,16 @@ def test_executor_with_a_damaged_attempt_file_says_which_and_exits_2(tmp_path):
         result.stderr.decode()
 
 
+def test_agent_with_a_damaged_attempt_file_says_which_and_exits_2(tmp_path):
+    (tmp_path / "executor-agent-h1.json").write_text("{not json\n")
+    result = run("agent", "--nats-url", "nats://127.0.0.1:1", "--gpus", "0,1", "--capacity-unit",
+                 "ml.g5.xlarge", "--service-environment", "se", "--host", "h1", "--state-dir",
+                 str(tmp_path))  # fmt: skip
+    assert result.returncode == 2
+    assert f"cannot read the executor's attempt file {tmp_path}/executor-agent-h1.json" in \
+        result.stderr.decode()
+
+
 @pytest.mark.skipif(shutil.which("script") is None, reason="util-linux `script` (a pseudo-terminal) not installed")
 def test_replay_draws_progress_on_a_terminal_only_and_prints_the_same_facts(tmp_path):
     """Issue 21: long offline commands show progress on a terminal.  Standard error is a
