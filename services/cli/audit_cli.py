@@ -176,7 +176,9 @@ def explain(
     {at, commandSeq, kind, sentence}.
     """
     from quotasched.services import audit
-    from quotasched.services.explain import InconsistentLog, render
+    from quotasched.services.explain import (
+        InconsistentLog, UnreadableFact, ids_named, render, story_of,
+    )  # fmt: skip
     from quotasched.services.explain import explain as tell
 
     _check_output(output, "explain")
@@ -190,44 +192,44 @@ def explain(
         raise _fail("quotasched explain: give --facts FILE, --commands FILE or --nats-url "
                     "URL (or set QUOTASCHED_NATS_URL)")  # fmt: skip
 
-    def story_of(job: str) -> list:
+    def job_story(job: str) -> list:
         from quotasched.services.cli.progress import reading
 
         if facts is not None:
             with reading(_readable(facts, "explain"), f"reading {facts}") as handle:
-                return _told(job, handle, numbered=True)
+                return story_of(job, handle, numbered=True)
         if commands is not None:
             from quotasched.services.replay import replay_lines
 
             with reading(_readable(commands, "explain"), f"replaying {commands}") as handle:
                 return tell(replay_lines(handle), job)
         with audit.BusReader(nats_url, commands=False) as bus:
-            return _told(job, (record.text for record in bus.facts()))
+            return story_of(job, (record.text for record in bus.facts()))
 
-    def ids_named(name: str) -> list[str]:
+    def jobs_named(name: str) -> list[str]:
         if facts is not None:
             with open(_readable(facts, "explain"), "rb") as handle:
-                return _ids_named(name, handle)
+                return ids_named(name, handle)
         if commands is not None:
             from quotasched.events.codec import encode
             from quotasched.services.replay import replay_lines
 
             with open(_readable(commands, "explain"), "rb") as handle:
-                return _ids_named(name, (encode(fact) for fact in replay_lines(handle)))
+                return ids_named(name, (encode(fact) for fact in replay_lines(handle)))
         with audit.BusReader(nats_url, commands=False) as bus:
-            return _ids_named(name, (record.text for record in bus.facts()))
+            return ids_named(name, (record.text for record in bus.facts()))
 
     try:
-        entries = story_of(job_id)
+        entries = job_story(job_id)
         if not entries:  # not a job id: perhaps a job name (which may name several jobs)
-            named = ids_named(job_id)
+            named = jobs_named(job_id)
             if len(named) > 1:
                 raise _fail(f"quotasched explain: job name {job_id} names {len(named)} jobs: "
                             f"{', '.join(named)}; give one job id", EXIT_DIVERGED)  # fmt: skip
             if named:
                 typer.echo(f"(job name {job_id} is job {named[0]})", err=True)
-                job_id, entries = named[0], story_of(named[0])
-    except (audit.BusUnavailable, _BadFact, InconsistentLog) as error:
+                job_id, entries = named[0], job_story(named[0])
+    except (audit.BusUnavailable, UnreadableFact, InconsistentLog) as error:
         raise _fail(f"quotasched explain: {error}") from None
     except OSError as error:
         raise _fail(f"quotasched explain: {error}") from None
@@ -241,46 +243,3 @@ def explain(
 
 
 audit_app.command("verify", help=_prose(verify.__doc__))(verify)
-
-
-class _BadFact(ValueError):
-    pass
-
-
-def _ids_named(name: str, texts) -> list[str]:
-    """The ids of the jobs submitted under `name` (JSON texts of facts), in log order."""
-    needle = json.dumps(name)
-    ids = []
-    for text in texts:
-        line = text.decode() if isinstance(text, bytes) else text
-        if '"JobSubmitted"' in line and needle in line:
-            fact = json.loads(line)
-            if fact.get("kind") == "JobSubmitted" and fact.get("jobName") == name:
-                ids.append(fact["jobId"])
-    return ids
-
-
-def _told(job_id: str, texts, numbered: bool = False) -> list:
-    """The job's story from the log's JSON texts (bytes from a file, str from the bus); once
-    the job has finished, only the texts that name it are decoded (Story.finished)."""
-    from pydantic import ValidationError
-
-    from quotasched.events.codec import decode_fact
-    from quotasched.services.explain import Story, mentions
-
-    story = Story(job_id)
-    needle = mentions(job_id)
-    needle_bytes = needle.encode() if needle is not None else None
-    for number, text in enumerate(texts, start=1):
-        if story.finished and needle is not None:
-            if (needle_bytes if isinstance(text, bytes) else needle) not in text:
-                continue
-        if not text.strip():
-            continue
-        try:
-            story.add(decode_fact(text))
-        except ValidationError as error:
-            where = f"line {number}" if numbered else f"fact #{number}"
-            raise _BadFact(f"{where} is not a fact this version can read: "
-                           f"{error.errors(include_url=False)[0]['msg']}") from None  # fmt: skip
-    return story.close()

@@ -33,7 +33,8 @@ from quotasched.services.explain.story import (
     mentions,
     render,
 )
+from quotasched.services.explain.texts import UnreadableFact, ids_named, story_of
 from quotasched.services.explain.waiting import why_waiting
 
-__all__ = ["WAITING", "Entry", "InconsistentLog", "Story", "explain", "mentions", "render",
-           "why_waiting"]
+__all__ = ["WAITING", "Entry", "InconsistentLog", "Story", "UnreadableFact", "explain", "ids_named",
+           "mentions", "render", "story_of", "why_waiting"]

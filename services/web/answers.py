@@ -93,8 +93,7 @@ async def job(bus, js, job_id: str) -> dict[str, Any]:
     """describe-service-job (its attempts) and the job's story, as `quotasched explain` tells
     it: the log is read here, the folding runs in a thread (not on the scheduler's loop).  A
     job name works like an id; a name several jobs share answers their ids (`matches`)."""
-    from quotasched.services.cli.audit_cli import _ids_named, _told
-    from quotasched.services.explain import render
+    from quotasched.services.explain import ids_named, render, story_of
     from quotasched.services.scheduler.log import read_log
 
     texts = [data async for _, data, _ in read_log(js)]
@@ -102,7 +101,7 @@ async def job(bus, js, job_id: str) -> dict[str, Any]:
         described = await bus.request("describe-service-job", jobId=job_id)
     except ClientError as error:
         described = {"error": str(error)}
-        named = _ids_named(job_id, texts)  # not an id: a job name, as `explain` takes it
+        named = ids_named(job_id, texts)  # not an id: a job name, as `explain` takes it
         if len(named) > 1:
             text = (f"Job name {job_id} names {len(named)} jobs: {', '.join(named)}; search for "
                     "one of their ids.")  # fmt: skip
@@ -111,7 +110,7 @@ async def job(bus, js, job_id: str) -> dict[str, Any]:
         if named:
             job_id = named[0]
             described = await bus.request("describe-service-job", jobId=job_id)
-    entries = await asyncio.to_thread(_told, job_id, texts)
+    entries = await asyncio.to_thread(story_of, job_id, texts)
     return {"jobId": job_id, "job": described,
             "story": [entry.document() for entry in entries],
             "text": render(entries, job_id) if entries else f"No fact names job {job_id}."}
