@@ -144,18 +144,34 @@ async def _narrate(bus: Bus, console: Console) -> None:
 
 
 async def _usage(console: Console, snapshot: dict, bus: Bus) -> None:
-    table = Table(title="Per-share usage at the end (get-job-queue-snapshot)")
-    for column in ("quota share", "strategy", "limit", "in use", "jobs"):
-        table.add_column(column)
     shares = (await bus.request("list-quota-shares", jobQueue="q"))["quotaShares"]
     jobs = (await bus.request("list-service-jobs", jobQueue="q", jobStatus="ALL"))["jobSummaryList"]
+    units = {c["capacityUnit"] for share in shares for c in share["capacityLimits"]}
+    one_unit = next(iter(units)) if len(units) == 1 else None  # then the title names it
+    table = Table(title="Per-share usage at the end (get-job-queue-snapshot)"
+                  + (f", in {one_unit} instances" if one_unit else ""))  # fmt: skip
+    for column in ("quota share", "strategy", "limit", "in use", "borrowed"):
+        table.add_column(column, no_wrap=True)
+    table.add_column("jobs", overflow="fold")
     for share in shares:
-        name = share["quotaShareName"]
-        limit = ", ".join(f"{c['maxCapacity']} {c['capacityUnit']}" for c in share["capacityLimits"])
-        used = sum(share["usage"].values())
-        members = ", ".join(f"{j['jobName']} {j['status']}" for j in reversed(jobs)
-                            if j["quotaShareName"] == name)  # fmt: skip
-        table.add_row(name, share["resourceSharingConfiguration"]["strategy"], limit, str(used), members)
+        limits = {c["capacityUnit"]: c["maxCapacity"] for c in share["capacityLimits"]}
+        used = share["usage"]
+        borrowed = {unit: n - limits.get(unit, 0) for unit, n in used.items() if n > limits.get(unit, 0)}
+        by_status: dict[str, list[str]] = {}
+        for job in reversed(jobs):
+            if job["quotaShareName"] == share["quotaShareName"]:
+                by_status.setdefault(job["status"], []).append(job["jobName"])
+        members = "\n".join(f"{status} {', '.join(names)}" for status, names in by_status.items())
+        table.add_row(share["quotaShareName"], share["resourceSharingConfiguration"]["strategy"],
+                      *(_units(counts, one_unit) for counts in (limits, used, borrowed)), members)
     console.print(table)
     total = snapshot["queueUtilization"]["totalCapacityUsage"]
-    console.print("Total in use: " + (", ".join(f"{t['quantity']:g} {t['capacityUnit']}" for t in total) or "0"))
+    console.print("Total in use: " + _units({t["capacityUnit"]: t["quantity"] for t in total}))
+
+
+def _units(counts: dict[str, int | float], only: str | None = None) -> str:
+    """`1 ml.g5.xlarge, 2 ml.p4d.24xlarge`, the one way counts of a unit are written here (just
+    the number when every count is of the unit `only`)."""
+    if only is not None and set(counts) <= {only}:
+        return f"{counts.get(only, 0):g}"
+    return ", ".join(f"{n:g} {unit}" for unit, n in counts.items()) or "0"

@@ -241,11 +241,46 @@ def _print(columns: list[str], rows: list[tuple], output: Output) -> None:
             writer.writerow([json.dumps(_plain(v), default=str) if isinstance(v, (list, dict))
                              else v for v in row])  # fmt: skip
     else:
-        from rich.console import Console
-        from rich.table import Table
+        _print_table(columns, rows)
 
+
+def _print_table(columns: list[str], rows: list[tuple]) -> None:
+    """A table when it fits the terminal's width; otherwise one block a row, `column  value`
+    per line (psql's expanded display), so no value is cut or wrapped into a column of dots.
+    Numbers are rounded to 3 decimals (an integral float prints as an integer)."""
+    from rich import box
+    from rich.console import Console
+    from rich.rule import Rule
+    from rich.table import Table
+
+    wide = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 200
+    console = Console(width=wide)
+    cells = [[_cell(value) for value in row] for row in rows]
+    widths = [max([len(name), *(len(row[i]) for row in cells)]) for i, name in enumerate(columns)]
+    if sum(widths) + 3 * len(columns) + 1 <= console.width:
         table = Table(*columns)
-        for row in rows:
-            table.add_row(*("" if value is None else str(_plain(value)) for value in row))
-        wide = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 200
-        Console(width=wide).print(table)
+        for row in cells:
+            table.add_row(*row)
+        console.print(table)
+        return
+    for number, row in enumerate(cells, start=1):
+        console.print(Rule(f"row {number}", align="left"))
+        block = Table(box=None, show_header=False, padding=(0, 1, 0, 0))
+        block.add_column(style="bold", no_wrap=True)
+        block.add_column(overflow="fold")
+        for name, value in zip(columns, row):
+            block.add_row(name, value)
+        console.print(block)
+    if not cells:
+        console.print(f"(no rows; columns: {', '.join(columns)})")
+
+
+def _cell(value: Any) -> str:
+    value = _plain(value)
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        if value.is_integer() and abs(value) < 1e15:
+            return str(int(value))
+        return f"{value:.3f}".rstrip("0").rstrip(".")
+    return str(value)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -170,6 +172,24 @@ def test_sql_prints_json_and_csv(database):
         ["job_id", "status", "wait_s"], ["b1", "SCHEDULED", "0.0"]]
     table = quotasched("sql", "SELECT * FROM utilization(0, 5, 5)", "--db", str(database))
     assert table.returncode == 0 and "qs2" in table.stdout
+
+
+def test_sql_tables_fit_the_terminal_or_turn_into_one_block_a_row(database):
+    """Issue 21: at 80 columns utilization()'s 14 columns were cut to `ev…` and long ids wrapped
+    over lines.  A result wider than the terminal prints one `column  value` block a row, every
+    value whole; numbers are rounded to 3 decimals."""
+    narrow = subprocess.run([QUOTASCHED, "sql", "SELECT * FROM utilization(0, 5, 5) ORDER BY quota_share",
+                             "--db", str(database)], capture_output=True, text=True,
+                            env={**os.environ, "COLUMNS": "80"})  # fmt: skip
+    assert narrow.returncode == 0 and "…" not in narrow.stdout
+    lines = [line.rstrip() for line in narrow.stdout.splitlines()]
+    assert lines[0].startswith("row 1 ─")
+    assert "quota_share   qs1" in lines and "capacity_unit ml.g5.xlarge" in lines
+    assert all(len(line) <= 80 for line in lines)
+    rounded = subprocess.run([QUOTASCHED, "sql", "SELECT 2/3 AS third, 5.0 AS five, 'x' AS s",
+                              "--db", str(database)], capture_output=True, text=True,
+                             env={**os.environ, "COLUMNS": "80"})  # fmt: skip
+    assert re.search(r"│ 0\.667 +│ 5 +│ x +│", rounded.stdout), rounded.stdout
 
 
 def test_query_answers_the_read_verbs_in_the_scheduler_shapes(database):

@@ -397,6 +397,15 @@ def test_demo_narrates_both_kinds_of_preemption():
     assert "CROSS_SHARE_RECLAIM" in text
     assert "IN_SHARE_PRIORITY" in text
     assert "AWS_ENDPOINT_URL_BATCH=http://127.0.0.1:" in text  # its AWS Batch endpoint
+    # The end, by hand: qs1 runs low on its own instance (high and med wait), qs2 runs b1 on its
+    # own, qs3 idles; nobody borrows.  One unit, so the title names it and cells are numbers.
+    assert "in ml.g5.xlarge instances" in text
+    rows = {row[0]: row[1:] for row in re.findall(
+        r"│ (qs\d) +│ (\w+) +│ (\d+) +│ (\d+) +│ (\d+) +│ ([^│]*?) *│", text)}
+    assert rows == {"qs1": ("LEND_AND_BORROW", "1", "1", "0", "RUNNABLE high, med"),
+                    "qs2": ("LEND", "1", "1", "0", "RUNNING b1"),
+                    "qs3": ("RESERVE", "1", "0", "0", "")}, text
+    assert re.search(r"│ +│ +│ +│ +│ +│ RUNNING low +│", text), text
 
 
 def test_demo_with_the_gpu_agent_runs_each_job_as_a_process_on_its_own_gpu():
