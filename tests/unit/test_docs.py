@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -47,7 +49,9 @@ def _anchors(path: Path) -> set[str]:
 def test_the_documentation_pages_exist():
     names = {page.name for page in PAGES}
     assert {"architecture.md", "contract.md", "executors.md", "operations.md", "scaling.md",
-            "migration-aws-batch.md"} <= names  # fmt: skip
+            "migration-aws-batch.md", "metrics.md", "service.md", "cli.md", "projections.md",
+            "audit.md", "simulate.md", "guarantees.md", "performance.md", "testing.md",
+            "rules.md"} <= names  # fmt: skip
     assert (DOCS / "asyncapi.yaml").exists()
 
 
@@ -64,11 +68,90 @@ def test_every_relative_link_resolves(page):
             assert anchor in _anchors(resolved), f"{page.name}: no heading #{anchor} in {path or page.name}"
 
 
+def _other_markdown() -> list[Path]:
+    """The repository's other Markdown (tests/README.md, ...), hidden folders left out."""
+    found = []
+    for folder, subfolders, files in os.walk(ROOT):
+        skip = ("docs", "node_modules", "build", "__pycache__")
+        subfolders[:] = [name for name in subfolders if not name.startswith(".") and name not in skip]
+        found += [Path(folder) / name for name in files if name.endswith(".md")]
+    return sorted(path for path in found if path != README)
+
+
+@pytest.mark.parametrize("page", _other_markdown(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_links_into_the_readme_and_docs_from_elsewhere_resolve(page):
+    """A section moved out of the README must not strand a link to it (tests/README.md's, say)."""
+    for target in LINK.findall(FENCE.sub("", _text(page))):
+        path, _, anchor = target.partition("#")
+        if re.match(r"^[a-z]+:", target) or not path:
+            continue
+        resolved = (page.parent / path).resolve()
+        if resolved != README and DOCS not in resolved.parents:
+            continue
+        assert resolved.exists(), f"{page.relative_to(ROOT)}: link to {target} points at nothing"
+        if anchor and resolved.suffix == ".md":
+            where = f"{page.relative_to(ROOT)}: no heading #{anchor} in {path}"
+            assert anchor in _anchors(resolved), where
+
+
+# -- the README is a front page: short, the two commands first, every page linked ---------------
+
+
+def _readme_sections() -> dict[str, str]:
+    """The README's `## ` sections by heading, in order, code blocks left out."""
+    parts = re.split(r"^## (.+)$", FENCE.sub("", _text(README)), flags=re.M)
+    return dict(zip(parts[1::2], parts[2::2], strict=True))
+
+
+def test_the_readme_begins_with_the_two_commands():
+    text = _text(README)
+    assert text.startswith("# quotasched\n\n```sh\n"), "README opens with its title, then commands"
+    first = FENCE.search(text)
+    assert first is not None and first.start() == len("# quotasched\n\n")
+    commands = [line.split("#")[0].strip() for line in first.group(2).splitlines()]
+    assert commands == ["make demo", "make test"]
+
+
+def test_the_readme_stays_a_front_page():
+    lines = _text(README).count("\n")
+    assert lines < 400, f"README.md has {lines} lines: move reference material into docs/"
+    sections = _readme_sections()
+    for heading in ("A short tour", "Documentation", "Dependencies, and why", "Open work"):
+        assert heading in sections, f"README has no section {heading!r}"
+    assert list(sections)[-1] == "Open work", "Open work closes the README"
+    tour = _text(README).split("## A short tour", 1)[1].split("\n## ", 1)[0]
+    for shown in ("make demo", "docs/web-view.png", "quotasched explain", "quotasched sql",
+                  "aws batch"):  # fmt: skip
+        assert shown in tour, f"the README's tour does not show {shown}"
+
+
 def test_the_readme_links_every_documentation_page():
+    """From its Documentation section, each page with a line saying what is in it."""
+    section = _readme_sections()["Documentation"]
     linked = {(README.parent / target.partition("#")[0]).resolve()
-              for target in LINK.findall(_text(README))}  # fmt: skip
+              for target in LINK.findall(section)}  # fmt: skip
     for page in [*PAGES, DOCS / "asyncapi.yaml"]:
-        assert page.resolve() in linked, f"README does not link {page.relative_to(ROOT)}"
+        missing = f"README's Documentation does not link {page.relative_to(ROOT)}"
+        assert page.resolve() in linked, missing
+
+
+def test_every_dependency_has_its_why_in_the_readme():
+    """Each pin of pyproject.toml has a row in "Dependencies, and why", its version a prefix."""
+    project = tomllib.loads(_text(ROOT / "pyproject.toml"))["project"]
+    extras = project["optional-dependencies"].values()
+    pins = [*project["dependencies"], *(pin for extra in extras for pin in extra)]
+    rows = [line.split("|")[1] for line in _readme_sections()["Dependencies, and why"].splitlines()
+            if line.startswith("| ") and not line.startswith("| package")]  # fmt: skip
+    for pin in pins:
+        requirement = re.fullmatch(r"([\w.-]+)(?:\[[\w,]+\])?==([\w.]+)", pin.split(";")[0].strip())
+        assert requirement, f"pyproject.toml: {pin} is not pinned with =="
+        name, version = requirement.groups()
+        row_of = re.compile(rf"(?<![\w-]){re.escape(name)} ([\d.]+)(?![\w-])", re.I)
+        named = [row_of.search(row) for row in rows]
+        shown = [match.group(1) for match in named if match]
+        assert shown, f"README's Dependencies, and why has no row for {name}"
+        assert any(version == v or version.startswith(v + ".") for v in shown), (
+            f"README says {name} {' / '.join(shown)}, pyproject.toml pins {version}")
 
 
 # -- every `quotasched ...` shown is a real command with real options --------------------------
