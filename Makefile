@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 SDK    := .venv-sagemaker
 
-.PHONY: demo test bench native clean browser
+.PHONY: demo test bench native clean browser containers
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,18 +33,17 @@ EXECUTOR ?= simulated
 demo: native
 	$(BIN)/quotasched demo --executor $(EXECUTOR)
 
-# A headless Chromium for the web view's and the report's browser tests: installed with apt
-# where it is missing and apt can (root, Debian/Ubuntu; about 20 s); otherwise those tests
-# skip with a loud reason.
+# Test-only system tools, installed with apt where missing and apt can (root, Debian/Ubuntu);
+# otherwise their tests skip with a loud reason.  A headless Chromium for the web view's and
+# the report's browser tests (about 20 s); podman, runc and a static busybox (the test image's
+# only file) for the GPU agent's container tests (about 20 s).
 browser:
-	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 \
-	  || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 \
-	       && { DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium >/dev/null 2>&1 \
-	            || { apt-get update -q >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium >/dev/null 2>&1; }; } \
-	       && echo "installed chromium (apt) for the browser tests"; } \
-	  || echo "no chromium, and apt cannot install it here: the browser tests will skip"
+	@sh tests/tools/apt-ensure.sh chromium browser chromium
 
-test: native $(SDK)/.installed browser
+containers:
+	@sh tests/tools/apt-ensure.sh podman container podman runc busybox-static
+
+test: native $(SDK)/.installed browser containers
 	$(BIN)/python -m pytest
 
 bench: native

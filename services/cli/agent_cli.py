@@ -79,6 +79,7 @@ def agent_command(
     victim_timeout: Annotated[float, typer.Option("--victim-timeout", help="Seconds a preemptor waits at most for its victims to stop.")] = 60.0,
     heartbeat: Annotated[float, typer.Option("--heartbeat", help="Seconds between heartbeats.")] = 2.0,
     host_timeout: Annotated[float, typer.Option("--host-timeout", help="Seconds without a heartbeat after which a host is lost.")] = 10.0,
+    container_runtime: Annotated[Optional[str], typer.Option("--container-runtime", help="docker or podman: a job that names an image (tag image, or the payload's TrainingImage) runs in a container of it; other jobs run as processes.", show_default=False)] = None,
 ) -> None:
     """Run a GPU host's agent: it places dispatched attempts on its own GPUs and runs them.
 
@@ -99,7 +100,8 @@ def agent_command(
         "agent", gpus, capacity_unit, service_environment, host=host or socket.gethostname(),
         logs_dir=str(logs_dir) if logs_dir else str(state_dir / "logs"), grace_s=grace,
         place_timeout_s=place_timeout, victim_timeout_s=victim_timeout,
-        heartbeat_s=heartbeat, host_timeout_s=host_timeout)  # fmt: skip
+        heartbeat_s=heartbeat, host_timeout_s=host_timeout, container_runtime=container_runtime,
+        container_devices=gpus is None)  # fmt: skip
     check_attempt_file("agent", state_dir / f"{options.durable}.json")
     logs.configure()
 

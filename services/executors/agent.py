@@ -36,10 +36,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from quotasched.services import logs
+from quotasched.services.executors import containers
 from quotasched.services.executors.base import Attempt, Publish
+from quotasched.services.executors.containers import RUNTIMES
 from quotasched.services.executors.fleet import Fleet
 from quotasched.services.executors.ledger import Entry, Ledger
-from quotasched.services.executors.process import ProcessExecutor
+from quotasched.services.executors.process import ProcessExecutor, command_line
 
 log = logs.get("quotasched.agent")
 
@@ -88,8 +90,12 @@ class AgentOptions:
     victim_timeout_s: float = 60.0
     heartbeat_s: float = 2.0
     host_timeout_s: float = 10.0
+    container_runtime: str | None = None  # docker or podman: jobs naming an image run in it
+    container_devices: bool = False  # hand the GPUs to containers as devices (a driver is there)
 
     def check(self) -> None:
+        if self.container_runtime is not None and self.container_runtime not in RUNTIMES:
+            raise ValueError(f"--container-runtime {self.container_runtime}: docker or podman")
         if not re.fullmatch(HOST_PATTERN, self.host):
             raise ValueError(f"host name {self.host!r}: letters, digits, '-', '_' and dots")
         if self.host_timeout_s <= 2 * self.heartbeat_s:
@@ -113,6 +119,7 @@ class GpuAgent(ProcessExecutor):
         self.records_path = (os.path.join(state_dir, f"agent-{options.host}.records.jsonl")
                              if state_dir is not None else None)  # fmt: skip
         self.held: dict[str, tuple[str, int]] = {}  # GPU -> the attempt holding it
+        self.in_containers: set[tuple[str, int]] = set()  # attempts running in a container
         self.holding: dict[tuple[str, int], dict[str, Any]] = {}  # attempt -> heartbeat entry
         self.placing: dict[str, tuple[int, asyncio.Task]] = {}  # job -> (attempt, its task)
         self.queue_environment: dict[str, str] = {}  # job queue -> its service environment
@@ -270,6 +277,24 @@ class GpuAgent(ProcessExecutor):
     def log_path(self, attempt: Attempt) -> str:
         return attempt_log(self.logs_dir, attempt.job_id, attempt.attempt)
 
+    def argv(self, attempt: Attempt) -> list[str]:
+        """The job's command, or with a container runtime and an image, the runtime's client
+        running it in a container (containers.py)."""
+        runtime = self.options.container_runtime
+        image = containers.image_of(attempt.spec) if runtime is not None else None
+        if runtime is None or image is None:
+            return super().argv(attempt)
+        try:
+            command = command_line(attempt.spec)
+        except ValueError:
+            command = []  # no command: the image's own entrypoint
+        env = {"CUDA_VISIBLE_DEVICES": ",".join(self.gpus_of(attempt)),
+               "QUOTASCHED_JOB_ID": attempt.job_id, "QUOTASCHED_ATTEMPT": str(attempt.attempt)}
+        self.in_containers.add((attempt.job_id, attempt.attempt))
+        return containers.run_argv(runtime, containers.container_name(attempt.job_id, attempt.attempt),
+                                   image, command, env, self.gpus_of(attempt),
+                                   self.options.container_devices)  # fmt: skip
+
     def note(self, attempt: Attempt, pid: int | None = None, pid_started: str | None = None) -> None:
         super().note(attempt, pid, pid_started)
         if pid is not None:
@@ -287,18 +312,28 @@ class GpuAgent(ProcessExecutor):
         return status, reason
 
     async def end_lost(self, entry: Entry):
-        """A previous run's process, stopped before this host advertises itself again."""
+        """A previous run's process (and its container), stopped before this host advertises
+        itself again."""
+        if self.options.container_runtime is not None:
+            await containers.remove(self.options.container_runtime,
+                                    containers.container_name(entry.job_id, entry.attempt))
         ended = await super().end_lost(entry)
         self._ended(Attempt(entry.job_id, entry.attempt, entry.job_queue, entry.share, {}), "LOST")
         return ended
 
     async def interrupt(self, attempt: Attempt) -> None:
+        key = (attempt.job_id, attempt.attempt)
+        if key in self.in_containers and self.options.container_runtime is not None:
+            self.in_containers.discard(key)  # the runtime stops it: a signal to its client may not
+            await containers.stop(self.options.container_runtime,
+                                  containers.container_name(*key), self.grace_s)
         await super().interrupt(attempt)
         self._ended(attempt, "STOPPED")
 
     def _ended(self, attempt: Attempt, how: str) -> None:
         """The process has exited: say so in the records and beside the log (`logs --follow`
         stops there)."""
+        self.in_containers.discard((attempt.job_id, attempt.attempt))
         self.record("end", attempt, gpus=self.gpus_of(attempt), how=how)
         path = self.log_path(attempt)
         if os.path.exists(path):

@@ -70,6 +70,10 @@ class ProcessExecutor(Executor):
         return {**os.environ, "QUOTASCHED_JOB_ID": attempt.job_id,
                 "QUOTASCHED_ATTEMPT": str(attempt.attempt)}  # fmt: skip
 
+    def argv(self, attempt: Attempt) -> list[str]:
+        """The attempt's command line (the GPU agent may wrap it in a container's)."""
+        return command_line(attempt.spec)
+
     def log_path(self, attempt: Attempt) -> str | None:
         """Where the attempt's stdout and stderr go; None: nowhere (this executor keeps no
         logs; the GPU agent keeps one file per attempt)."""
@@ -77,7 +81,7 @@ class ProcessExecutor(Executor):
 
     async def execute(self, attempt: Attempt) -> tuple[str, str | None]:
         await self.report(attempt, "STARTING")
-        argv = command_line(attempt.spec)
+        argv = self.argv(attempt)
         env = self.environment(attempt)
         if not _runnable(argv[0], self.workdir, env.get("PATH", os.defpath)):
             raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), argv[0])
