@@ -123,11 +123,14 @@ def logs_command(
     attempt: Annotated[Optional[int], typer.Option("--attempt", help="Which attempt (default: the latest with a log here).", show_default=False)] = None,
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing as the attempt writes, until it ends.")] = False,
     logs_dir: Annotated[Path, typer.Option("--logs-dir", envvar="QUOTASCHED_AGENT_LOGS_DIR", help="The agent's --logs-dir.")] = Path(".quotasched/logs"),
+    nats_url: NatsUrl = None,
 ) -> None:
     """Print an attempt's output (stdout and stderr), as the GPU agent that ran it wrote it.
 
     Reads the agent's logs directory, so run it on the host that ran the attempt (or where
-    that directory is shared). Exit status 1: no log for that job (or attempt) here.
+    that directory is shared). Exit status 1: no log for that job (or attempt) here; with
+    --nats-url (or QUOTASCHED_NATS_URL) it then says which host placed each of the job's
+    attempts, from the fleet's claims.
     """
     from quotasched.services.executors.agent import attempt_log, exit_path
 
@@ -135,14 +138,36 @@ def logs_command(
     if attempt is None:
         numbers = sorted(int(p.stem) for p in folder.glob("*.log") if p.stem.isdigit()) if folder.is_dir() else []
         if not numbers:
-            typer.echo(f"quotasched logs: no log of job {job_id} in {logs_dir}", err=True)
+            typer.echo(f"quotasched logs: no log of job {job_id} in {logs_dir}{_placed(nats_url, job_id)}", err=True)
             raise typer.Exit(1)
         attempt = numbers[-1]
     path = Path(attempt_log(str(logs_dir), job_id, attempt))
     if not path.exists() and not follow:
-        typer.echo(f"quotasched logs: no log of job {job_id} attempt {attempt} in {logs_dir}", err=True)
+        typer.echo(f"quotasched logs: no log of job {job_id} attempt {attempt} in {logs_dir}"
+                   f"{_placed(nats_url, job_id)}", err=True)  # fmt: skip
         raise typer.Exit(1)
     _print(path, Path(exit_path(str(path))), follow)
+
+
+def _placed(nats_url: str | None, job_id: str) -> str:
+    """"; attempt 1 ran on host h2 (GPUs 0,1), ..." from the fleet's claims, when a server is
+    named and answers; "" otherwise (the log is then simply not here)."""
+    if nats_url is None:
+        return ""
+    import asyncio
+
+    from quotasched.services.executors.fleet import claims_of
+
+    try:
+        claims = asyncio.run(claims_of(nats_url, job_id))
+    except Exception as error:  # noqa: BLE001 (a hint only: the answer stays "not here")
+        return f" (the fleet could not be asked: {error})"
+    if not claims:
+        return f"; no agent of the fleet at {nats_url} placed it"
+    said = [f"attempt {number} " + (f"ran on host {claim['host']} (GPUs {','.join(claim['gpus'])})"
+                                    if claim.get("gpus") else "was placed by no host")
+            for number, claim in claims]  # fmt: skip
+    return "; " + "; ".join(said) + ": run `quotasched logs` there"
 
 
 def _print(path: Path, ended: Path, follow: bool) -> None:

@@ -72,6 +72,26 @@ async def fleet_bucket(js, storage: str = "file"):
             storage=StorageType.FILE if storage == "file" else StorageType.MEMORY))  # fmt: skip
 
 
+async def claims_of(nats_url: str, job_id: str) -> list[tuple[int, dict[str, Any]]]:
+    """The claims of a job's attempts, (attempt, {host, gpus} or {host, none}), in attempt
+    order: where each attempt ran (for `quotasched logs` on the wrong host)."""
+    import nats
+
+    nc = await nats.connect(nats_url, connect_timeout=5, max_reconnect_attempts=0)
+    try:
+        kv = await nc.jetstream().key_value(FLEET_BUCKET)
+        found = []
+        for number in range(1, 10_000):  # attempts are numbered 1, 2, ...; each one is claimed
+            try:
+                entry = await kv.get(claim_key(job_id, number))
+            except KeyNotFoundError:
+                break
+            found.append((number, json.loads(entry.value or b"{}")))
+        return found
+    finally:
+        await nc.close()
+
+
 @dataclass
 class Seen:
     """A host's last heartbeat as this agent saw it, and since when (monotonic)."""

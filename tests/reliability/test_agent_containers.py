@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -153,6 +154,12 @@ async def test_attempts_run_in_containers_on_their_gpus_and_preemption_stops_the
                               route=(QUEUE, "team"))  # fmt: skip
         await eventually(none_running(podman), 60, what="every container ended")
         facts = await read_facts(bus.js)
+    # On another host (no log here), `quotasched logs` says where each attempt ran.
+    elsewhere = subprocess.run([str(Path(sys.executable).parent / "quotasched"), "logs", "wide",
+                                "--logs-dir", str(tmp_path / "elsewhere"), "--nats-url",
+                                nats_server.url], capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert elsewhere.returncode == 1
+    assert "attempt 1 ran on host h1 (GPUs 0,1)" in elsewhere.stderr, elsewhere.stderr
     gpus = {job: log_of(tmp_path, job).splitlines()[0] for job in ("boxed", "plain", "wide")}
     assert sorted([gpus["boxed"], gpus["plain"]]) == ["CUDA_VISIBLE_DEVICES=0", "CUDA_VISIBLE_DEVICES=1"]
     assert gpus["wide"] == "CUDA_VISIBLE_DEVICES=0,1"
