@@ -2,7 +2,7 @@
 
 The decision core (services/scheduler/core) is plain, fully typed Python.  Compiled with
 mypyc into C extensions it decides the same facts, byte for byte, in about four fifths of
-the time (README, Performance).  Compiling is optional and needs a C compiler:
+the time (docs/performance.md).  Compiling is optional and needs a C compiler:
 
     python -m quotasched.services.native build     # what `make test` and `make demo` run
     python -m quotasched.services.native status    # which core this checkout would load, and why

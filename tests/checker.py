@@ -4,7 +4,7 @@ It imports nothing from the product (no `services.*`, no `projections.*`, no `ev
 only the standard library.  It reads facts as plain dicts with the wire's camelCase names (a
 decoded JSON line of `quotasched replay`, or `fact.model_dump(by_alias=True, mode="json")`,
 done by the caller), folds them into its own small model, and checks every decision with its
-own arithmetic, written from the spec (docs: README "How it decides", spec section 0 rulings
+own arithmetic, written from the spec (docs: docs/rules.md, spec section 0 rulings
 1-16 and sections 3.3-3.5).  A wrong formula in the core is thus checked against a second,
 separately written one, not against itself.
 

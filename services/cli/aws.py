@@ -2,7 +2,7 @@
 
 The `aws batch`-shaped verbs that once lived beside these are gone: `quotasched up` (and
 `quotasched endpoint`) serve AWS Batch's own API, so the real AWS CLI, boto3 and the SageMaker
-SDK do that job unchanged (README, "The AWS Batch endpoint").  What remains is what the AWS
+SDK do that job unchanged (docs/service.md, "The AWS Batch endpoint").  What remains is what the AWS
 CLI cannot do:
 
 * `apply FILE` publishes a replay-format command file (JSON Lines, the contract's own

@@ -1,7 +1,7 @@
 """`events.facts.job_submitted` builds exactly the JobSubmitted that validation would.
 
 The core records an accepted submission with `job_submitted`, which assembles the fact from
-the validated command without validating it again (README, Performance).  For any valid
+the validated command without validating it again (docs/performance.md).  For any valid
 submission, as decoded from the wire, the result must equal `JobSubmitted(...)` built with the
 same values: the same fields, the same JSON bytes, the same fields-set, and a fact that
 decodes back to itself.
