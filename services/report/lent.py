@@ -1,13 +1,13 @@
 """The words and tables under each chart: the share legend (limits, strategy), the
 one-sentence summary of who borrowed what, and the who-lent-to-whom table (instance-seconds,
-exact, from the chart's integrals; a borrower's row adds up to its total borrowed).
+exact, from the chart's integrals; a borrower's row adds up to its total borrowed), that table
+also as values for the page's JSON.
 """
 
 from __future__ import annotations
 
-from .formatting import _e, _hours, _qty
+from .formatting import _e, _hours, _qty, _swatch
 from .model import Chart, Report
-from .symbols import _swatch
 
 
 def _lent_table(report: Report, chart: Chart) -> str:
@@ -27,7 +27,7 @@ def _lent_table(report: Report, chart: Chart) -> str:
 
     def name_cell(name: str) -> str:
         colour = report.shares[(q, name)].colour
-        return f'{_swatch("borrowed", colour)} {_e(name)}'
+        return f'{_swatch(colour, hatched=True)} {_e(name)}'
 
     out = [f'<table class="lent" data-job-queue="{_e(q)}" data-capacity-unit="{_e(unit)}">',
            f"<caption>Who lent to whom: {_e(unit)} instance-seconds"
@@ -36,7 +36,7 @@ def _lent_table(report: Report, chart: Chart) -> str:
     for lender in lenders:
         colour = report.shares[(q, lender)].colour
         out.append(f'<th class="lender" data-lender="{_e(lender)}">'
-                   f'{_swatch("slot", colour)} {_e(lender)}</th>')  # fmt: skip
+                   f'{_swatch(colour)} {_e(lender)}</th>')  # fmt: skip
     if unbacked:
         out.append('<th class="lender" data-lender="">not backed by idle quota</th>')
     out.append('<th class="total">total borrowed</th></tr></thead><tbody>')
@@ -94,8 +94,15 @@ def _share_legend(report: Report, chart: Chart) -> str:
         what = (info.strategy or "?").replace("_", " ").lower()
         note = ", deleted" if info.deleted else ""
         items.append(
-            f'<span class="share" data-share="{_e(name)}">{_swatch("own", info.colour)}'
-            f'{_swatch("borrowed", info.colour)} <b>{_e(name)}</b> '
+            f'<span class="share" data-share="{_e(name)}">{_swatch(info.colour)}'
+            f' <b>{_e(name)}</b> '
             f'<span class="meta">limit {_e(limit)}, {_e(what)}{note}</span></span>'
         )  # fmt: skip
     return f'<div class="shares">{"".join(items)}</div>' if items else ""
+
+
+def lent_values(chart: Chart) -> dict:
+    """The who-lent-to-whom table as the page's JSON carries it (instance-seconds)."""
+    return {"borrowed": {b: v for b, v in chart.borrowed_s.items() if v > 0},
+            "lent": [[b, lender, v] for (b, lender), v in chart.lent_s.items() if v > 0],
+            "unbacked": {b: v for b, v in chart.unbacked_s.items() if v > 0}}  # fmt: skip

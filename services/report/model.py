@@ -1,13 +1,16 @@
-"""The report's data model: the step functions, borrowed pieces, preemptions and charts that
-loading produces and drawing reads, the errors the report raises, and `attribute`, the
-who-lent-to-whom rule (explained in the services.report docstring).
+"""The report's data model: what loading reads from the projection and the page shows -- per
+job queue its usage charts (one per capacity unit), who waited, and its preemptions -- the
+errors the report raises, and `attribute`, the who-lent-to-whom rule (explained in the
+services.report docstring).
 
-A Step holds every share's usage and the capacity constant over [a, b); a Chart's
-`borrowed_s`, `lent_s`, `unbacked_s` and `used_s` are integrals over its exact steps.
+A Step holds every share's usage and the capacity constant over [a, b); a WaitStep the number
+of waiting and blocked jobs per share.  A Chart's `borrowed_s`, `lent_s`, `unbacked_s` and
+`used_s` are integrals over its exact steps.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 
@@ -40,6 +43,16 @@ class Step:
     capacity: int
     shares: dict[str, ShareAt]
 
+    @property
+    def in_use(self) -> int:
+        return sum(share.in_use for share in self.shares.values())
+
+    @property
+    def over_capacity(self) -> int:
+        """Instances in use above the capacity: possible only after the capacity was lowered
+        under running jobs (lowering preempts nothing, spec ruling 3)."""
+        return max(0, self.in_use - self.capacity)
+
 
 @dataclass(frozen=True)
 class Piece:
@@ -62,6 +75,21 @@ class Preemption:
     outcome: str
     quota_share: str
     preemptor_share: str | None
+    job_name: str | None = None
+    preemptor_name: str | None = None
+    units: tuple[str, ...] = ()  # the capacity units the victim's attempt held
+
+
+@dataclass(frozen=True)
+class OverCapacity:
+    """A stretch [a, b) in which a chart's usage stayed above its capacity."""
+
+    a: float
+    b: float
+    most: int  # the largest excess, instances
+    in_use: int  # usage and capacity when the excess was largest
+    capacity: int
+    instance_s: float  # the excess integrated over the stretch
 
 
 @dataclass
@@ -78,6 +106,59 @@ class Chart:
     unbacked_s: dict[str, float] = field(default_factory=dict)
     used_s: dict[str, float] = field(default_factory=dict)
 
+    def over_capacity(self) -> list[OverCapacity]:
+        """The stretches over capacity, touching steps merged."""
+        found: list[OverCapacity] = []
+        for step in self.steps:
+            excess = step.over_capacity
+            if not excess:
+                continue
+            last = found[-1] if found else None
+            if last is not None and last.b == step.a:
+                worst = excess > last.most
+                found[-1] = OverCapacity(
+                    last.a, step.b, max(excess, last.most),
+                    step.in_use if worst else last.in_use,
+                    step.capacity if worst else last.capacity,
+                    last.instance_s + excess * (step.b - step.a))  # fmt: skip
+            else:
+                found.append(OverCapacity(step.a, step.b, excess, step.in_use, step.capacity,
+                                          excess * (step.b - step.a)))  # fmt: skip
+        return found
+
+
+@dataclass
+class WaitStep:
+    """[a, b): per share, (jobs waiting to run, of them blocked by a ShareBlocked reason)."""
+
+    a: float
+    b: float
+    shares: dict[str, tuple[int, int]]
+
+
+@dataclass(frozen=True)
+class WaitingJob:
+    """A job RUNNABLE at the end of the window, and why."""
+
+    job_id: str
+    job_name: str
+    quota_share: str
+    priority: int | None
+    since: float  # since when it has been RUNNABLE without a break
+    blocked_reason: str | None  # the ShareBlocked statusReason, while it stands
+    status_reason: str | None  # the last status reason otherwise (a preemption, a retry)
+
+
+@dataclass
+class QueueReport:
+    job_queue: str
+    t0: float
+    t1: float
+    charts: list[Chart]
+    waiting: list[WaitStep]
+    waiting_at_end: list[WaitingJob]
+    preemptions: list[Preemption]
+
 
 @dataclass
 class ShareInfo:
@@ -90,16 +171,36 @@ class ShareInfo:
 
 @dataclass
 class Report:
-    db_path: str
+    source: str  # the DuckDB file, or the projector read over NATS
     facts: int
-    last_seq: int
-    origin: float  # `at` of the first fact: time labels count from here
+    last_seq: int  # the projection's position: every query read up to this fact
+    origin: float  # `at` of the first fact
     last_at: float
-    t0: float  # the earliest chart's start (charts start per job queue unless --from)
+    t0: float  # the earliest queue's start (queues start each at their own unless --from)
     t1: float
-    charts: list[Chart]
+    queues: list[QueueReport]
     shares: dict[tuple[str, str], ShareInfo]
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def charts(self) -> list[Chart]:
+        return [chart for queue in self.queues for chart in queue.charts]
+
+
+def by_instant(changes: list[tuple], t0: float, t1: float
+               ) -> Iterator[tuple[list[tuple], float, float]]:  # fmt: skip
+    """Changes (rows whose second field is `at`, in log order) grouped by instant, each group
+    with the stretch [a, b) it holds for until the next instant, clipped to [t0, t1): empty
+    (b <= a) before the window, so a caller still applies the group but draws nothing."""
+    index = 0
+    while index < len(changes):
+        at = changes[index][1]
+        end = index
+        while end < len(changes) and changes[end][1] <= at:
+            end += 1
+        b = changes[end][1] if end < len(changes) else t1
+        yield changes[index:end], max(at, t0), min(b, t1)
+        index = end
 
 
 def attribute(step: Step) -> list[Piece]:

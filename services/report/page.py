@@ -1,185 +1,192 @@
-"""The HTML page: one self-contained document (inline CSS and SVG, no scripts, fonts or URLs)
-with a header, the legend, one section per chart (share legend, chart, summary, who-lent-to-whom
-table) and a footer that says how to read it; and page_height, the screenshot's height estimate.
+"""The HTML page: one self-contained document.  A header (source, first and last fact, window),
+then per job queue its share legend, a usage chart per capacity unit (with its over-capacity
+note and who-lent-to-whom table), the waiting chart, the jobs still waiting and the
+preemptions; a footer on how to read it.  The data is one JSON object in a
+<script type="application/json" id="report-data"> element (`report_data` reads it back);
+Chart.js and the drawing script are inlined after it.  No URL is loaded: it works offline.
 """
 
 from __future__ import annotations
 
-import math
+import json
 import re
+from typing import Any
 
-from . import style
-from .chart_svg import _chart_svg
-from .formatting import TimeFormat, _e, _time_step
-from .lent import _lent_table, _share_legend, _summary
-from .model import Chart, Report
-from .style import MARKER, MARKER_GAP, MAX_LANES, PLOT_H, REASONS, TOP
-from .symbols import _defs, _swatch
+from quotasched.services.explain.story import when
+
+from . import script, series, tables
+from .formatting import _e
+from .lent import _lent_table, _share_legend, _summary, lent_values
+from .model import Chart, QueueReport, Report
+from .timeaxis import TimeAxis
 
 CSS = """
-body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, Helvetica, Arial, sans-serif;
-       color: #1d1d1f; margin: 24px 32px; background: #fff; max-width: 1180px; }
-h1 { font-size: 22px; margin: 0 0 4px; }
-h2 { font-size: 18px; margin: 28px 0 2px; border-bottom: 1px solid #ddd; padding-bottom: 3px; }
-h3 { font-size: 15px; margin: 18px 0 4px; }
-.source, .notes { color: #555; margin: 2px 0; font-size: 13px; }
-.legend { display: flex; flex-wrap: wrap; gap: 6px 22px; margin: 12px 0 4px; font-size: 13px;
-          color: #333; }
-.legend span, .shares .share { display: inline-flex; align-items: center; gap: 4px; }
-.shares { display: flex; flex-wrap: wrap; gap: 4px 20px; margin: 4px 0 2px; font-size: 13px; }
+body { font: 14px/1.4 system-ui, -apple-system, "Segoe UI", Roboto, Helvetica, Arial, sans-serif;
+       color: #1d1d1f; margin: 0; background: #fff; }
+main { max-width: 1180px; margin: 0 auto; padding: 16px 24px 8px; }
+h1 { font-size: 21px; margin: 0 0 4px; }
+h2 { font-size: 18px; margin: 22px 0 4px; border-bottom: 1px solid #ddd; padding-bottom: 2px; }
+h3 { font-size: 15px; margin: 14px 0 2px; }
+p { margin: 3px 0; }
+.source, .notes, .more { color: #444; font-size: 13px; }
+.plot { position: relative; height: 300px; margin: 4px 0; }
+.plot.waiting { height: 200px; }
+.shares { display: flex; flex-wrap: wrap; gap: 2px 18px; font-size: 13px; margin: 2px 0 6px; }
+.swatch { display: inline-block; width: 12px; height: 12px; vertical-align: -1px;
+          border: 1px solid #0003; }
 .meta { color: #666; }
-svg.swatch { vertical-align: middle; }
-svg.defs { position: absolute; }
-svg.usage { display: block; margin: 4px 0 0; font-size: 12px; }
-svg.usage .grid line { stroke: #e6e6e6; stroke-width: 1; }
-svg.usage .tick { fill: #444; font-size: 12px; }
-svg.usage .axis-title { fill: #333; font-size: 12.5px; }
-svg.usage .axis, svg.usage .tick-mark { stroke: #555; stroke-width: 1; }
-svg.usage .limit { fill: none; stroke-width: 1.6; stroke-dasharray: 6 3; }
-svg.usage .capacity { fill: none; stroke: #111; stroke-width: 2.4; }
-svg.usage .guide { stroke-width: 1; stroke-dasharray: 2 3; opacity: 0.55; }
-svg.usage .slot-label { font-size: 12px; font-weight: 600; }
-svg.usage .cap-label { font-size: 12px; font-weight: 700; }
-svg.usage .borrowed { shape-rendering: crispEdges; }
-.summary { margin: 4px 0 6px; }
-table.lent { border-collapse: collapse; margin: 6px 0 4px; font-size: 13px; }
-table.lent caption { text-align: left; font-weight: 600; padding: 2px 0 4px; white-space: nowrap; }
-table.lent th, table.lent td { border: 1px solid #d6d6d6; padding: 3px 10px; }
-table.lent thead th { background: #f4f4f4; font-weight: 600; }
-table.lent tbody th, table.lent tfoot th { text-align: left; font-weight: 600; }
-table.lent td { text-align: right; font-variant-numeric: tabular-nums; }
-table.lent td.total, table.lent tfoot td { font-weight: 600; }
-table.lent tfoot { background: #fafafa; }
-table.lent .h { color: #777; font-weight: 400; font-size: 12px; margin-left: 4px; }
+p.over { background: #fdecea; border-left: 4px solid #d62728; padding: 5px 9px; margin: 6px 0; }
 .none { color: #555; font-style: italic; }
-footer { margin-top: 28px; color: #444; font-size: 12.5px; border-top: 1px solid #ddd;
-         padding-top: 8px; }
-footer code { font-size: 12px; }
+.row { display: flex; flex-wrap: wrap; gap: 6px 28px; align-items: flex-start; }
+table { border-collapse: collapse; margin: 6px 0 4px; font-size: 13px; }
+caption { text-align: left; font-weight: 600; padding: 2px 0 4px; white-space: nowrap; }
+th, td { border: 1px solid #d6d6d6; padding: 2px 8px; text-align: left; vertical-align: top; }
+thead th { background: #f4f4f4; font-weight: 600; }
+td.n, table.lent td { text-align: right; font-variant-numeric: tabular-nums; }
+table.lent td { white-space: nowrap; }
+table.waiting td, table.preemptions td { white-space: nowrap; }
+table.waiting td.reason { white-space: normal; }
+td.blocked { color: #a01c1c; }
+code.id { color: #666; font-size: 12px; }
+table.lent td.total, table.lent tfoot td { font-weight: 600; }
+table.lent .h { color: #777; font-weight: 400; font-size: 12px; margin-left: 4px; }
+footer { margin-top: 18px; color: #444; font-size: 12.5px; border-top: 1px solid #ddd;
+         padding-top: 6px; }
 """
 
-
-def _format(report: Report, t0: float, t1: float) -> TimeFormat:
-    return TimeFormat(report.origin, t1 - t0, _time_step(t1 - t0))
+DATA_ID = "report-data"
 
 
 def render_html(report: Report) -> str:
-    fmt = _format(report, report.t0, report.t1)
-    same_window = len({(c.t0, c.t1) for c in report.charts}) <= 1
-    queues: list[str] = []
-    for chart in report.charts:
-        if chart.job_queue not in queues:
-            queues.append(chart.job_queue)
-    out = _head(report, fmt, same_window, queues)
-    for note in report.notes:
-        out.append(f'<p class="notes">{_e(note)}</p>')
-    out.append(_legend())
-    if not report.charts:
-        out.append('<p class="none">No job queue with quota shares or capacity to chart.</p>')
-    current = None
-    for chart in report.charts:
-        if chart.job_queue != current:
-            current = chart.job_queue
-            out.append(f"<h2>Job queue {_e(current)}</h2>")
-            if not same_window:
-                qfmt = _format(report, chart.t0, chart.t1)
-                out.append(f'<p class="source">Window: {qfmt(chart.t0, exact=True)} to '
-                           f"{qfmt(chart.t1, exact=True)} after the first fact (at "
-                           f"{chart.t0:g} to {chart.t1:g}).</p>")  # fmt: skip
-        out.append(_chart_section(report, chart))
-    out.append(_footer())
-    return "".join(out) + "\n"
+    axis = TimeAxis(report.origin, report.last_at)
+    data: dict[str, Any] = {
+        "source": report.source, "position": report.last_seq, "facts": report.facts,
+        "firstAt": report.origin, "lastAt": report.last_at,
+        "firstFact": axis.stamp(report.origin), "lastFact": axis.stamp(report.last_at),
+        "time": {"mode": axis.mode, "origin": report.origin, "title": axis.title},
+        "charts": [], "queues": [],
+    }  # fmt: skip
+    names = [queue.job_queue for queue in report.queues]
+    out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8"/>',
+           f"<title>quotasched report: {_e(', '.join(names) or 'no job queues')}</title>",
+           f"<style>{CSS}</style></head><body><main>", _header(report, axis)]  # fmt: skip
+    out += [f'<p class="notes">{_e(note)}</p>' for note in report.notes]
+    if not report.queues:
+        out.append('<p class="none">No job queue to chart.</p>')
+    for queue in report.queues:
+        out.append(_queue(report, queue, axis, data))
+    out.append(_FOOTER)
+    text = json.dumps(data, separators=(",", ":"), allow_nan=False).replace("<", "\\u003c")
+    out += ["</main>", f'<script type="application/json" id="{DATA_ID}">{text}</script>',
+            f"<script>{script.inline(script.chart_js())}</script>",
+            f"<script>{script.inline(script.DRAW_JS)}</script>", "</body></html>"]  # fmt: skip
+    return "\n".join(out) + "\n"
 
 
-def _head(report: Report, fmt: TimeFormat, same_window: bool, queues: list[str]) -> list[str]:
-    """The document's head, the page title and the source line (database, facts, window)."""
-    preempted = sum(len(c.preemptions) for c in report.charts)
-    return ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8"/>',
-            f"<title>quotasched report: {_e(', '.join(queues) or 'no job queues')}</title>",
-            f"<style>{CSS}</style></head><body>", _defs(report),
-            "<header><h1>Capacity by quota share: usage, borrowing, lending, preemptions</h1>",
-            f'<p class="source">Generated from <code>{_e(report.db_path)}</code>: '
-            f"{report.facts:,} facts, last seq {report.last_seq}, last fact at "
-            f"{report.last_at:g} ({fmt(report.last_at, exact=True)} after the first fact). "
-            + (f"Window: {fmt(report.t0, exact=True)} to {fmt(report.t1, exact=True)} "
-               f"(at {report.t0:g} to {report.t1:g}); " if same_window else
-               f"Window: from each job queue's start (below) to {fmt(report.t1, exact=True)} "
-               f"(at {report.t1:g}); ")
-            + f"job queues: {_e(', '.join(queues))}; "
-            f"{preempted} preemption{'s' if preempted != 1 else ''} marked.</p>"]  # fmt: skip
+def report_data(html: str) -> dict[str, Any]:
+    """The JSON a report page carries (its charts' data and its tables' rows)."""
+    found = re.search(f'<script type="application/json" id="{DATA_ID}">(.*?)</script>', html,
+                      re.S)  # fmt: skip
+    if found is None:
+        raise ValueError("not a quotasched report page")
+    return json.loads(found.group(1))
 
 
-def _legend() -> str:
-    """The page legend (closes the header): what solid, hatched, dashed and markers mean."""
-    return (
-        '<div class="legend">'
-        f'<span>{_swatch("own", 0)} own quota in use (solid)</span>'
-        f'<span>{_swatch("borrowed", 0)} borrowed, drawn in the lender\'s slot (hatched, '
-        "borrower's colour)</span>"
-        f'<span>{_swatch("slot", 0)} a share\'s slot: its limit, stacked (dashed top)</span>'
-        f'<span>{_swatch("capacity", 0)} service environment capacity</span>'
-        + "".join(f'<span>{_swatch(reason, 0)} preemption: {label}</span>'
-                  for reason, (_, _, label) in REASONS.items())
-        + "</div></header>"
-    )  # fmt: skip
+def _header(report: Report, axis: TimeAxis) -> str:
+    same = len({(q.t0, q.t1) for q in report.queues}) <= 1
+    window = (f"window {axis.stamp(report.t0)} to {axis.stamp(report.t1)}" if same else
+              f"window from each job queue's start (below) to {axis.stamp(report.t1)}")
+    rule = ("Times are UTC." if axis.clock else
+            f"The log's times are logical seconds (its first fact is at {when(report.origin)}), "
+            "not clock times: the page shows time elapsed since the first fact.")  # fmt: skip
+    preempted = sum(len(q.preemptions) for q in report.queues)
+    waiting = sum(len(q.waiting_at_end) for q in report.queues)
+    return ("<header><h1>Capacity by quota share: usage, borrowing, waiting, preemptions</h1>"
+            f'<p class="source">From <code>{_e(report.source)}</code> at position '
+            f"{report.last_seq:,} ({report.facts:,} facts): first fact "
+            f"<b>{_e(axis.stamp(report.origin))}</b>, last fact "
+            f"<b>{_e(axis.stamp(report.last_at))}</b>; {_e(window)}. {_e(rule)} "
+            f"{preempted:,} preemption{'s' if preempted != 1 else ''}, {waiting:,} "
+            f"job{'s' if waiting != 1 else ''} waiting at the end.</p></header>")  # fmt: skip
 
 
-def _chart_section(report: Report, chart: Chart) -> str:
-    """One chart's section: heading, share legend, the SVG, the averages note when dense,
-    the summary and the who-lent-to-whom table."""
-    out = [f'<section class="chart" data-job-queue="{_e(chart.job_queue)}" '
-           f'data-capacity-unit="{_e(chart.capacity_unit)}">'
-           f"<h3>{_e(chart.capacity_unit)}</h3>"]  # fmt: skip
-    out.append(_share_legend(report, chart))
-    svg, dense = _chart_svg(report, chart, _format(report, chart.t0, chart.t1))
-    out.append(svg)
-    if dense:
-        out.append(f'<p class="notes">{len(chart.steps):,} changes in this window, more '
-                   "than the chart has pixel columns: it shows time averages per column "
-                   "(the same instance-seconds); the table is exact.</p>")  # fmt: skip
-    out.append(_summary(chart))
-    out.append(_lent_table(report, chart))
-    out.append("</section>")
+def _queue(report: Report, queue: QueueReport, axis: TimeAxis, data: dict) -> str:
+    entry: dict[str, Any] = {"jobQueue": queue.job_queue, "t0": queue.t0, "t1": queue.t1,
+                             "charts": [], "overCapacity": {}}  # fmt: skip
+    out = [f'<section class="queue" data-job-queue="{_e(queue.job_queue)}">'
+           f"<h2>Job queue {_e(queue.job_queue)}</h2>"]  # fmt: skip
+    if (queue.t0, queue.t1) != (report.t0, report.t1):
+        out.append(f'<p class="source">Window: {_e(axis.stamp(queue.t0))} to '
+                   f"{_e(axis.stamp(queue.t1))}.</p>")  # fmt: skip
+    for chart in queue.charts:
+        if chart is queue.charts[0]:
+            out.append(_share_legend(report, chart))
+        out.append(_usage(report, chart, axis, data, entry))
+    if not queue.charts:
+        out.append('<p class="none">No quota share or capacity to chart.</p>')
+    spec = series.waiting_chart(queue, report.shares, axis)
+    out.append("<h3>Waiting jobs</h3>")
+    if spec is None:
+        out.append('<p class="none">No job waited in this window.</p>')
+        entry["waitingChart"] = None
+    else:
+        entry["waitingChart"] = _add(data, spec)
+        out.append(_canvas(entry["waitingChart"], "waiting",
+                           f"jobs waiting per share in {queue.job_queue}"))  # fmt: skip
+        out.append(_averaged_note(spec))
+    waiting_html, entry["waitingAtEnd"] = tables.waiting_table(queue, axis)
+    preempt_html, entry["preemptions"] = tables.preemption_table(queue, axis)
+    out += [waiting_html, "<h3>Preemptions</h3>", preempt_html, "</section>"]
+    data["queues"].append(entry)
     return "".join(out)
 
 
-def _footer() -> str:
-    """How to read the chart, and the who-lent-to-whom rule, in words."""
-    return (
-        "<footer><p><b>How to read it.</b> Each quota share owns a slot of the chart, stacked "
-        "in creation order: the slot's height is the share's limit, its dashed top the stacked "
-        "limits. Solid: the share's own quota in use, from the bottom of its slot; the rest of "
-        "a slot is idle quota. Hatched: capacity a share borrowed beyond its limit, in the "
-        "borrower's colour, drawn in the idle part of the slots it was lent from. Markers on "
-        "the time axis are preemptions (hover for victim, preemptor and reason).</p>"
-        "<p><b>Who lent to whom.</b> The log records how much a job borrowed, not from whom: "
-        "borrowing is pooled per job queue and capacity unit. At every instant each borrowing "
-        "share's borrowed instances are attributed to the lending shares (LEND or "
-        "LEND_AND_BORROW) pro rata to their idle quota at that instant (limit − in use, "
-        "<code>share_usage.lendable_idle</code>): borrower b takes B<sub>b</sub> · "
-        "I<sub>l</sub> / max(I, B) from lender l, where I and B are the queue's total idle "
-        "lendable quota and total borrowing; what idle quota cannot back (B &gt; I: only after "
-        "a limit was lowered, or a share deleted, under running jobs) is shown as not backed. Integrated over the "
-        "window this gives instance-seconds; a lender's total equals the utilization rollup's "
-        "<code>lent_s</code>.</p></footer></body></html>"
-    )
+def _usage(report: Report, chart: Chart, axis: TimeAxis, data: dict, entry: dict) -> str:
+    spec = series.usage_chart(chart, report.shares, axis)
+    note, spec["overCapacity"] = tables.over_capacity(chart, axis)
+    spec["lent"] = lent_values(chart)
+    index = _add(data, spec)
+    entry["charts"].append(index)
+    return (f'<section class="chart" data-job-queue="{_e(chart.job_queue)}" '
+            f'data-capacity-unit="{_e(chart.capacity_unit)}"><h3>{_e(chart.capacity_unit)}</h3>'
+            + _canvas(index, "usage", f"usage of {chart.capacity_unit} per quota share")
+            + _averaged_note(spec) + note + _summary(chart) + _lent_table(report, chart)
+            + "</section>")  # fmt: skip
 
 
-def page_height(report: Report) -> int:
-    """A generous estimate of the rendered page's height (CSS pixels at the PNG's 1240 px
-    width), for the screenshot: better some white at the bottom than a cut-off table."""
-    height = 200 + 22 * len(report.notes)
-    current = None
-    for chart in report.charts:
-        if chart.job_queue != current:
-            current = chart.job_queue
-            height += 80
-        lanes = min(MAX_LANES, max(1, len(chart.preemptions)))
-        height += 40 + 24 * math.ceil(len(chart.shares) / 4)  # heading, share legend
-        height += TOP + PLOT_H + lanes * (MARKER + MARKER_GAP) + 60  # the chart
-        # the averages note (style.MAX_EXACT_STEPS read at call time, as in frames)
-        height += 24 if len(chart.steps) > style.MAX_EXACT_STEPS else 0
-        summary = re.sub(r"<[^>]+>", "", _summary(chart))
-        height += 24 * math.ceil(len(summary) / 150) + 10
-        borrowers = sum(1 for v in chart.borrowed_s.values() if v > 0)
-        height += (borrowers + 2) * 30 + 80 if borrowers else 40
-    return int(height * 1.04) + 200
+def _add(data: dict, spec: dict) -> int:
+    data["charts"].append(spec)
+    return len(data["charts"]) - 1
+
+
+def _canvas(index: int, kind: str, label: str) -> str:
+    return (f'<div class="plot {kind}"><canvas data-chart="{index}" role="img" '
+            f'aria-label="{_e(label)}"></canvas></div>')
+
+
+def _averaged_note(spec: dict) -> str:
+    if not spec["averaged"]:
+        return ""
+    return ('<p class="notes">This chart has more changes than it has room for: it shows time '
+            "averages over equal columns (the same instance-seconds); the tables are "
+            "exact.</p>")  # fmt: skip
+
+
+_FOOTER = (
+    "<footer><p><b>How to read it.</b> A usage chart stacks, per quota share, its own quota in "
+    "use (solid, up to its limit) and then what it borrowed beyond its limit (hatched in its "
+    "colour). The black line is the service environment's capacity; usage above it (after the "
+    "capacity was lowered under running jobs) is hatched red and told in a note. Triangles at "
+    "the bottom are preemptions (listed in the table). The waiting chart counts jobs RUNNABLE "
+    "per share; hatched ones are blocked: as configured they can never fit.</p>"
+    "<p><b>Who lent to whom.</b> The log records how much a job borrowed, not from whom: "
+    "borrowing is pooled per job queue and capacity unit. At every instant each borrowing "
+    "share's borrowed instances are attributed to the lending shares (LEND or "
+    "LEND_AND_BORROW) pro rata to their idle quota at that instant (limit − in use, "
+    "<code>share_usage.lendable_idle</code>): borrower b takes B<sub>b</sub> · "
+    "I<sub>l</sub> / max(I, B) from lender l, where I and B are the queue's total idle "
+    "lendable quota and total borrowing; what idle quota cannot back (B &gt; I: only after "
+    "a limit was lowered, or a share deleted, under running jobs) is shown as not backed. "
+    "Integrated over the window this gives instance-seconds; a lender's total equals the "
+    "utilization rollup's <code>lent_s</code>.</p></footer>"
+)

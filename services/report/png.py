@@ -1,10 +1,16 @@
 """The PNG: a screenshot of the report's HTML taken by headless Chromium, when one is
-installed ($QUOTASCHED_CHROMIUM overrides the search).
+installed ($QUOTASCHED_CHROMIUM overrides the search), cropped to the content.
+
+Chromium is run twice: `--dump-dom` first, to read the height of the content that the page's
+script writes on <html data-content-height> once the charts are drawn (their boxes have fixed
+heights, so the layout does not depend on the window's), then `--screenshot` with a window
+exactly that high.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -14,6 +20,8 @@ from .model import ReportError
 
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable",
                   "chrome", "headless_shell")  # fmt: skip
+WIDTH = 1240
+MAX_HEIGHT = 30000  # Chromium's screenshots fail past a few tens of thousands of pixels
 
 
 def chromium() -> str | None:
@@ -34,22 +42,38 @@ def no_chromium(png_path: str) -> ReportError:
         "its path). Write the report as HTML instead: --out report.html")  # fmt: skip
 
 
-def html_to_png(html_path: str, png_path: str, height: int, width: int = 1240) -> None:
+def _run(binary: str, args: list[str], png_path: str) -> subprocess.CompletedProcess:
+    with tempfile.TemporaryDirectory(prefix="quotasched-chromium-") as profile:
+        command = [binary, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                   "--force-device-scale-factor=1", "--default-background-color=ffffffff",
+                   f"--user-data-dir={profile}", *args]  # fmt: skip
+        try:
+            return subprocess.run(command, capture_output=True, timeout=180)
+        except (OSError, subprocess.TimeoutExpired) as error:
+            raise ReportError(f"{binary} failed to render {png_path}: {error}") from None
+
+
+def content_height(binary: str, page_uri: str, png_path: str) -> int:
+    dumped = _run(binary, [f"--window-size={WIDTH},900", "--dump-dom", page_uri], png_path)
+    found = re.search(rb'data-content-height="(\d+)"', dumped.stdout)
+    if found is None:
+        tail = dumped.stderr.decode("utf-8", "replace").strip().splitlines()[-3:]
+        raise ReportError(f"{binary} did not draw the report for {png_path} (exit "
+                          f"{dumped.returncode}): " + " | ".join(tail))  # fmt: skip
+    return min(int(found.group(1)), MAX_HEIGHT)
+
+
+def html_to_png(html_path: str, png_path: str) -> None:
     binary = chromium()
     if binary is None:
         raise no_chromium(png_path)
     target = os.path.abspath(png_path)
     if os.path.exists(target):
         os.remove(target)
-    with tempfile.TemporaryDirectory(prefix="quotasched-chromium-") as profile:
-        command = [binary, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                   "--force-device-scale-factor=1", "--default-background-color=ffffffff",
-                   f"--user-data-dir={profile}", f"--window-size={width},{height}",
-                   f"--screenshot={target}", Path(os.path.abspath(html_path)).as_uri()]  # fmt: skip
-        try:
-            result = subprocess.run(command, capture_output=True, timeout=180)
-        except (OSError, subprocess.TimeoutExpired) as error:
-            raise ReportError(f"{binary} failed to render {png_path}: {error}") from None
+    page = Path(os.path.abspath(html_path)).as_uri()
+    height = content_height(binary, page, png_path)
+    result = _run(binary, [f"--window-size={WIDTH},{height}", f"--screenshot={target}", page],
+                  png_path)  # fmt: skip
     if not os.path.exists(target) or not os.path.getsize(target):
         tail = result.stderr.decode("utf-8", "replace").strip().splitlines()[-3:]
         raise ReportError(f"{binary} did not write {png_path} (exit {result.returncode}): "

@@ -1,19 +1,26 @@
-"""`quotasched report`: the charts say what the projection says.
+"""`quotasched report`: what the page shows is what the facts say.
 
-Each example command file is replayed (services.replay.replay_lines, events.codec.encode), its
-facts projected into DuckDB (projections.rebuild.rebuild_from_file), the report written and
-parsed back, and what it draws is compared with the projection's own tables: one chart per job
-queue and capacity unit, one series per quota share, borrowed areas exactly where
-share_usage.borrowed > 0, one preemption marker per preemptions row, and the who-lent-to-whom
-tables adding up to the integral of share_usage.borrowed (and, per lender, to the utilization
-rollup's lent_s).  Nothing here needs Chromium: the PNG test is skipped without it.
+Two small command files whose facts can be followed by hand give the expectations:
+examples/notebook.jsonl (logical times 0..5 s: lending, a cross-share reclaim, an in-share
+preemption, two jobs left waiting) and LOWERED below (on the real clock from
+2026-12-01T08:00:00Z: the service environment's capacity lowered under three running jobs, a
+job that waits behind the ceiling, a blocked one).  Each is replayed
+(services.replay.replay_lines), projected (projections.rebuild.rebuild_from_file), the report
+written, and the JSON the page carries for Chart.js and its tables (page.report_data) is
+compared with the hand-derived values.  The four examples also check invariants against the
+projection's own tables (usage, lending, preemptions).  The PNG test runs where Chromium is
+installed.
 """
 
 from __future__ import annotations
 
+import json
 import re
-import xml.etree.ElementTree as ET
+import struct
+import subprocess
+import sys
 from html.parser import HTMLParser
+from importlib import resources
 from pathlib import Path
 
 import duckdb
@@ -24,22 +31,74 @@ from quotasched.events.codec import encode
 from quotasched.projections.rebuild import rebuild_from_file
 from quotasched.services import report as report_module
 from quotasched.services.cli.main import app
+from quotasched.services.projector import api
 from quotasched.services.replay import replay_lines
-from quotasched.services.report import Piece, ReportError, ShareAt, Step, attribute, write_report
+from quotasched.services.report import Piece, ReportError, ShareAt, Step, attribute
+from quotasched.services.report import readers, render_html, report_data, write_report
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
-# The brief's two first; the other two add unbacked borrowing, several queues and a
-# heterogeneous job.
 SCENARIOS = ("notebook", "two-teams-day", "reclaim-and-retries",
              "blocked-heads-and-capacity-events")  # fmt: skip
-REL = 1e-9
+T = 1796112000  # 2026-12-01T08:00:00Z
+G5 = "ml.g5.xlarge"
 
 
-def build_db(name: str, directory: Path) -> Path:
+def _limits(n: int) -> list[dict]:
+    return [{"capacityUnit": G5, "maxCapacity": n}]
+
+
+def _share(name: str, limit: int) -> dict:
+    return {"at": T, "kind": "CreateQuotaShare", "jobQueue": "q", "quotaShareName": name,
+            "capacityLimits": _limits(limit),
+            "resourceSharingConfiguration": {"strategy": "RESERVE"},
+            "preemptionConfiguration": {"inSharePreemption": "DISABLED"}}  # fmt: skip
+
+
+def _submit(minutes: float, job_id: str, share: str, quantity: int = 1, priority: int = 0) -> dict:
+    return {"at": T + 60 * minutes, "kind": "SubmitServiceJob", "jobId": job_id, "jobName": job_id,
+            "jobQueue": "q", "quotaShareName": share, "schedulingPriority": priority,
+            "capacityUsage": [{"capacityUnit": G5, "quantity": quantity}]}  # fmt: skip
+
+
+def _capacity(minutes: float, n: int) -> dict:
+    return {"at": T + 60 * minutes, "kind": "UpdateServiceEnvironment", "serviceEnvironment": "se",
+            "capacityLimits": _limits(n)}  # fmt: skip
+
+
+def _done(minutes: float, job_id: str) -> dict:
+    return {"at": T + 60 * minutes, "kind": "ReportJobStatus", "jobId": job_id,
+            "status": "SUCCEEDED"}  # fmt: skip
+
+
+# Two RESERVE shares of 2 in an environment of 4.  08:10 a1, a2 (A) and b1 (B) run: 3 in use.
+# 08:30 the capacity drops to 2: nothing is preempted (ruling 3), 1 instance over capacity.
+# 08:40 b2 (B, within B's limit) cannot be dispatched: 3 in use >= 2; it waits, not blocked.
+# 08:45 a-big (A, 3 instances, priority 7) can never fit 2: blocked, SERVICE_ENVIRONMENT_MAX_
+# RESOURCE.  09:00 a1 ends: 2 in use, at the line (b2 would make 3).  09:20 the capacity is
+# back at 4: b2 runs; a-big now fits the environment but never A's limit of 2: blocked,
+# QUOTA_MANAGEMENT_LIMIT_EXCEEDED.  09:30 b1 ends (the last fact).
+LOWERED = [
+    {"at": T, "kind": "CreateServiceEnvironment", "serviceEnvironmentName": "se",
+     "capacityLimits": _limits(4)},
+    {"at": T, "kind": "CreateSchedulingPolicy", "name": "sp",
+     "quotaSharePolicy": {"idleResourceAssignmentStrategy": "FIFO"}},
+    {"at": T, "kind": "CreateJobQueue", "jobQueueName": "q", "schedulingPolicy": "sp",
+     "serviceEnvironmentOrder": [{"order": 1, "serviceEnvironment": "se"}]},
+    _share("A", 2), _share("B", 2),
+    _submit(10, "a1", "A"), _submit(10, "a2", "A"), _submit(10, "b1", "B"),
+    _capacity(30, 2),
+    _submit(40, "b2", "B"),
+    _submit(45, "a-big", "A", quantity=3, priority=7),
+    _done(60, "a1"),
+    _capacity(80, 4),
+    _done(90, "b1"),
+]  # fmt: skip
+
+
+def build_db(directory: Path, name: str, lines: list[str]) -> Path:
     facts = directory / f"{name}.facts.jsonl"
-    with open(EXAMPLES / f"{name}.jsonl", "rb") as handle:
-        facts.write_text("".join(encode(fact) + "\n" for fact in replay_lines(handle)))
+    facts.write_text("".join(encode(fact) + "\n" for fact in replay_lines(lines)))
     db = directory / f"{name}.duckdb"
     rebuild_from_file(str(facts), str(db))
     return db
@@ -48,227 +107,321 @@ def build_db(name: str, directory: Path) -> Path:
 @pytest.fixture(scope="module")
 def dbs(tmp_path_factory) -> dict[str, Path]:
     directory = tmp_path_factory.mktemp("report")
-    return {name: build_db(name, directory) for name in SCENARIOS}
+    found = {name: build_db(directory, name, (EXAMPLES / f"{name}.jsonl").read_text().splitlines())
+             for name in SCENARIOS}  # fmt: skip
+    found["lowered"] = build_db(directory, "lowered", [json.dumps(c) for c in LOWERED])
+    return found
 
 
-def parse(path: Path) -> ET.Element:
-    text = path.read_text(encoding="utf-8")
-    HTMLParser().feed(text)  # an HTML parser takes it ...
-    return ET.fromstring(text)  # ... and it is well-formed XML too
+def written(db: Path, tmp_path: Path, **options) -> tuple[str, dict]:
+    out = tmp_path / "report.html"
+    write_report(str(out), str(db), **options)
+    text = out.read_text(encoding="utf-8")
+    return text, report_data(text)
 
 
-def by_class(root: ET.Element, tag: str, cls: str) -> list[ET.Element]:
-    return [e for e in root.iter(tag) if cls in (e.get("class") or "").split()]
+def value_at(points: list[list[float]], t: float) -> float:
+    """The value of a step series at t (it holds from its point to the next one)."""
+    return [y for x, y in points if x <= t][-1]
 
 
-def merge(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    merged: list[list[float]] = []
-    for a, b in sorted(intervals):
-        if merged and a <= merged[-1][1] + 1e-9:
-            merged[-1][1] = max(merged[-1][1], b)
-        else:
-            merged.append([a, b])
-    return [(a, b) for a, b in merged]
+def series(chart: dict) -> dict[str, list]:
+    return {d["key"]: d["points"] for d in chart["datasets"]}
 
 
-def segments(con, queue: str, unit: str, t0: float, t1: float) -> list[tuple]:
-    """share_usage as (share, a, b, borrowed) segments clipped to [t0, t1), zero widths out."""
-    rows = con.execute(
-        'SELECT quota_share, greatest("at", $t0), least(lead("at", 1, $t1) OVER '
-        "(PARTITION BY job_queue, quota_share, capacity_unit ORDER BY seq), $t1), borrowed "
-        'FROM share_usage WHERE job_queue = $q AND capacity_unit = $u AND "at" <= $t1',
-        {"q": queue, "u": unit, "t0": t0, "t1": t1}).fetchall()  # fmt: skip
-    return [row for row in rows if row[2] > row[1]]
+def integral(points: list[list[float]]) -> float:
+    return sum(y * (b[0] - a[0]) for a, b, y in zip(points, points[1:], (p[1] for p in points)))
 
 
-def check_report(con, root: ET.Element, t_from: float | None = None,
-                 t_to: float | None = None, queue_filter: str | None = None) -> None:  # fmt: skip
-    charts = by_class(root, "svg", "usage")
-    keys = [(c.get("data-job-queue"), c.get("data-capacity-unit")) for c in charts]
-    expected = con.execute(
-        "SELECT DISTINCT job_queue, capacity_unit FROM share_usage UNION "
-        "SELECT DISTINCT job_queue, capacity_unit FROM capacity_changes").fetchall()
-    if queue_filter is not None:
-        expected = [key for key in expected if key[0] == queue_filter]
-    assert len(keys) == len(set(keys)), "one chart per (job queue, capacity unit)"
-    assert set(keys) == set(expected)
-
-    last_at = con.execute("SELECT last_at FROM projection_state").fetchone()[0]
-    markers_total = 0
-    for chart, (queue, unit) in zip(charts, keys):
-        t0, t1 = float(chart.get("data-t0")), float(chart.get("data-t1"))
-        if t_from is not None:
-            assert t0 == t_from
-        assert t1 == (last_at if t_to is None else min(t_to, last_at))
-
-        # A series per share.
-        shares = {row[0] for row in con.execute(
-            'SELECT DISTINCT quota_share FROM share_usage WHERE job_queue = $q AND '
-            'capacity_unit = $u AND "at" <= $t1', {"q": queue, "u": unit, "t1": t1}).fetchall()}
-        series = [g.get("data-share") for g in by_class(chart, "g", "series")]
-        assert sorted(series) == sorted(shares), (queue, unit)
-
-        # Borrowed areas exactly where share_usage.borrowed > 0, adding up to it.
-        rects = [(r.get("data-share"), float(r.get("data-from")), float(r.get("data-to")),
-                  float(r.get("data-amount"))) for r in by_class(chart, "rect", "borrowed")]
-        assert all(amount > 0 and b > a for _, a, b, amount in rects)
-        rows = segments(con, queue, unit, t0, t1)
-        for share in shares:
-            drawn = merge([(a, b) for s, a, b, _ in rects if s == share])
-            wanted = merge([(a, b) for s, a, b, borrowed in rows if s == share and borrowed > 0])
-            assert drawn == wanted, (queue, unit, share)
-            for s, a, b, borrowed in rows:
-                if s == share:
-                    covering = sum(amount for s2, a2, b2, amount in rects
-                                   if s2 == share and a2 <= a < b2)  # fmt: skip
-                    assert covering == pytest.approx(borrowed, rel=REL, abs=1e-9)
-
-        # Preemption markers: one per preemption of this queue in the window whose victim
-        # held this unit.
-        marks = by_class(chart, "g", "preemption")
-        markers_total += len(marks)
-        want = con.execute(
-            "SELECT p.seq FROM preemptions p JOIN allocations a USING (job_id, attempt) "
-            'WHERE p.job_queue = $q AND a.capacity_unit = $u AND p."at" BETWEEN $t0 AND $t1 '
-            "ORDER BY p.seq", {"q": queue, "u": unit, "t0": t0, "t1": t1}).fetchall()  # fmt: skip
-        assert [int(m.get("data-seq")) for m in marks] == [row[0] for row in want]
-        for m in marks:
-            assert m.find("title") is not None and m.get("data-victim") in m.find("title").text
-
-        # Who lent to whom: a row per borrower adding up to its borrowed instance-seconds.
-        borrowed_s = {s: 0.0 for s in shares}
-        for s, a, b, borrowed in rows:
-            borrowed_s[s] += borrowed * (b - a)
-        section = next(s for s in by_class(root, "section", "chart")
-                       if (s.get("data-job-queue"), s.get("data-capacity-unit")) == (queue, unit))
-        tables = by_class(section, "table", "lent")
-        if not any(borrowed_s.values()):
-            assert not tables and by_class(section, "p", "none")
-            continue
-        (table,) = tables
-        body = {tr.get("data-borrower"): tr for tr in table.find("tbody")}
-        assert set(body) == {s for s, v in borrowed_s.items() if v > 0}
-        lent_by_lender: dict[str, float] = {}
-        for share, tr in body.items():
-            cells = tr.findall("td")
-            total = float(by_class(tr, "td", "total")[0].get("data-value"))
-            parts = [float(td.get("data-value")) for td in by_class(tr, "td", "lent")]
-            assert total == pytest.approx(borrowed_s[share], rel=REL)
-            assert sum(parts) == pytest.approx(total, rel=REL)
-            assert len(cells) == len(parts) + 1
-            for td in by_class(tr, "td", "lent"):
-                lender = td.get("data-lender")
-                value = float(td.get("data-value"))
-                lent_by_lender[lender] = lent_by_lender.get(lender, 0.0) + value
-        foot = table.find("tfoot").find("tr")
-        assert float(by_class(foot, "td", "total")[0].get("data-value")) == pytest.approx(
-            sum(borrowed_s.values()), rel=REL)
-        # Per lender, the same attribution as the utilization rollup's lent_s.
-        rollup = dict(con.execute(
-            "SELECT quota_share, sum(lent_s) FROM utilization($t0, $t1, $t1 - $t0 + 1) "
-            "WHERE job_queue = $q AND capacity_unit = $u GROUP BY ALL",
-            {"q": queue, "u": unit, "t0": t0, "t1": t1}).fetchall())  # fmt: skip
-        for lender, lent in lent_by_lender.items():
-            if lender:  # "": not backed by any lender's idle quota
-                assert lent == pytest.approx(rollup[lender], rel=1e-6), (queue, unit, lender)
-        assert sum(v for k, v in rollup.items() if k not in lent_by_lender) == pytest.approx(0)
-
-    if t_from is None and t_to is None:
-        count = con.execute("SELECT count(*) FROM preemptions").fetchone()[0]
-        assert markers_total == count, "a marker per preemptions row (single-unit victims)"
+BLOCKS = {"p", "div", "section", "td", "th", "tr", "caption", "h1", "h2", "h3", "br"}
 
 
-def check_self_contained(path: Path) -> None:
-    text = path.read_text(encoding="utf-8")
-    assert not re.search(r"https?://", text)
-    assert not re.search(r"<script", text, re.I)
-    assert not re.search(r"<link\b|@import|@font-face|\bsrc\s*=", text, re.I)
-    assert all(ref.startswith("#") for ref in re.findall(r"url\(([^)]*)\)", text))
+class Page(HTMLParser):
+    """The page's text (scripts and styles left out), its tags and their attributes."""
+
+    def __init__(self, html: str):
+        super().__init__()
+        self.tags: list[tuple[str, dict]] = []
+        self.text: list[str] = []
+        self._skip = 0
+        self.feed(html)
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, dict(attrs)))
+        self._skip += tag in ("script", "style")
+        if tag in BLOCKS:
+            self.text.append(" ")
+
+    def handle_endtag(self, tag):
+        self._skip -= tag in ("script", "style")
+
+    def handle_data(self, data):
+        if not self._skip:
+            self.text.append(data)
+
+    def words(self) -> str:
+        return " ".join("".join(self.text).split())
+
+
+# -- the notebook: logical times, lending, preemptions, waiting -------------------------------
+
+
+def test_a_log_on_logical_time_is_shown_as_time_since_its_first_fact(dbs, tmp_path):
+    html, data = written(dbs["notebook"], tmp_path)
+    words = Page(html).words()
+    assert "first fact +0 s (t=0 s), last fact +5 s (t=5 s)" in words
+    assert "not clock times" in words and "UTC" not in words
+    assert data["time"]["mode"] == "elapsed"
+    (chart,) = [c for c in data["charts"] if c["kind"] == "usage"]
+    labels = [tick["label"] for tick in chart["ticks"]]
+    assert labels[0] == "+0 s" and labels[-1] == "+5 s" and "+2.5 s" in labels
+    assert not any(re.fullmatch(r"\d+:\d\d", label) for label in labels)  # no clock "0:05"
+    assert "since the first fact" in data["time"]["title"]
+
+
+def test_notebook_usage_lending_waiting_and_preemptions(dbs, tmp_path):
+    _, data = written(dbs["notebook"], tmp_path)
+    (chart,) = [c for c in data["charts"] if c["kind"] == "usage"]
+    assert (chart["jobQueue"], chart["capacityUnit"], chart["t0"], chart["t1"]) == ("q", G5, 0, 5)
+    s = series(chart)
+    # high runs from 1, med from 2 on qs2's idle quota (qs1's limit is 1), b1 reclaims at 4.
+    assert [value_at(s["own:qs1"], t) for t in (0.5, 1.5, 2.5, 4.5)] == [0, 1, 1, 1]
+    assert [value_at(s["borrowed:qs1"], t) for t in (0.5, 1.5, 2.5, 4.5)] == [0, 0, 1, 0]
+    assert [value_at(s["own:qs2"], t) for t in (2.5, 4.5)] == [0, 1]
+    assert {value for _, value in s["capacity"]} == {3}
+    assert "over" not in s and chart["overCapacity"] == []
+    # qs2 (LEND) lent med its idle instance from 2 to 4; qs3 (RESERVE) lends nothing.
+    assert chart["lent"] == {"borrowed": {"qs1": 2.0}, "lent": [["qs1", "qs2", 2.0]],
+                             "unbacked": {}}  # fmt: skip
+    marks = {d["key"]: [(p["x"], p["text"]) for p in d["points"]]
+             for d in chart["datasets"] if d["kind"] == "marker"}  # fmt: skip
+    assert [x for x, _ in marks["preemption:CROSS_SHARE_RECLAIM"]] == [4]
+    assert [x for x, _ in marks["preemption:IN_SHARE_PRIORITY"]] == [5]
+
+    (queue,) = data["queues"]
+    rows = [(p["at"], p["jobName"], p["jobId"], p["quotaShare"], p["preemptorName"],
+             p["preemptorShare"], p["reason"], p["outcome"]) for p in queue["preemptions"]]
+    assert rows == [(4, "med", "med", "qs1", "b1", "qs2", "CROSS_SHARE_RECLAIM", "REQUEUED"),
+                    (5, "high", "high", "qs1", "low", "qs1", "IN_SHARE_PRIORITY", "REQUEUED")]
+    # low waits from 3 (qs2's idle instance is lent to med), med from 4, high from 5 (low ran).
+    waiting = series(data["charts"][queue["waitingChart"]])
+    assert [value_at(waiting["waiting:qs1"], t) for t in (2.5, 3.5, 4.5)] == [0, 1, 2]
+    left = [(j["jobId"], j["quotaShare"], j["priority"], j["since"], j["blockedReason"],
+             j["statusReason"]) for j in queue["waitingAtEnd"]]
+    assert left == [("med", "qs1", 2, 4, None, "Preempted by job b1 (CROSS_SHARE_RECLAIM)"),
+                    ("high", "qs1", 3, 5, None, "Preempted by job low (IN_SHARE_PRIORITY)")]
+
+
+def test_the_tables_are_on_the_page_not_only_in_tooltips(dbs, tmp_path):
+    words = Page(written(dbs["notebook"], tmp_path)[0]).words()
+    assert ("+4 s (t=4 s) med attempt 1 qs1 b1 qs2 cross-share reclaim REQUEUED" in words)
+    assert "+5 s (t=5 s) high attempt 1 qs1 low qs1 in-share priority REQUEUED" in words
+    assert "Waiting at the end of the window (+5 s (t=5 s)): 2 jobs" in words
+    assert "med qs1 2 +4 s (t=4 s) 1 s" in words
+
+
+# -- LOWERED: the real clock, capacity lowered under running jobs, blocked jobs ---------------
+
+
+def test_a_log_on_the_real_clock_is_shown_in_utc(dbs, tmp_path):
+    html, data = written(dbs["lowered"], tmp_path)
+    words = Page(html).words()
+    assert "first fact 2026-12-01T08:00:00Z, last fact 2026-12-01T09:30:00Z" in words
+    assert "Times are UTC." in words and "1.79" not in words
+    assert data["time"] == {"mode": "utc", "origin": T, "title": "time (UTC)"}
+    (chart,) = [c for c in data["charts"] if c["kind"] == "usage"]
+    ticks = {tick["value"]: tick["label"] for tick in chart["ticks"]}
+    assert ticks[T] == "2026-12-01 08:00" and ticks[T + 1800] == "08:30"
+    assert ticks[T + 5400] == "09:30"
+
+
+def test_usage_over_a_lowered_capacity_is_flagged_not_drawn_as_fine(dbs, tmp_path):
+    html, data = written(dbs["lowered"], tmp_path)
+    (chart,) = [c for c in data["charts"] if c["kind"] == "usage"]
+    s = series(chart)
+    minutes = (20, 35, 70, 85)
+    assert [value_at(s["own:A"], T + 60 * m) for m in minutes] == [2, 2, 1, 1]
+    assert [value_at(s["own:B"], T + 60 * m) for m in minutes] == [1, 1, 1, 2]
+    assert [value_at(s["capacity"], T + 60 * m) for m in minutes] == [4, 2, 2, 4]
+    assert [value_at(s["over"], T + 60 * m) for m in minutes] == [0, 1, 0, 0]
+    assert not [k for k in s if k.startswith("borrowed:")]  # RESERVE shares never borrow
+    over = next(d for d in chart["datasets"] if d["key"] == "over")
+    assert over["stack"] == "capacity" and over["colour"] == "#d62728"
+    assert chart["overCapacity"] == [{"from": T + 1800, "to": T + 3600, "mostOver": 1,
+                                      "inUse": 3, "capacity": 2, "instanceSeconds": 1800}]
+    words = Page(html).words()
+    assert ("Over capacity. From 2026-12-01T08:30:00Z to 2026-12-01T09:00:00Z (30 min): up to "
+            "1 ml.g5.xlarge instance in use above the capacity (3 in use, capacity 2)") in words
+    assert "Running jobs are not stopped when the capacity is lowered (spec ruling 3" in words
+
+
+def test_waiting_and_blocked_jobs_appear(dbs, tmp_path):
+    _, data = written(dbs["lowered"], tmp_path)
+    (queue,) = data["queues"]
+    waiting = series(data["charts"][queue["waitingChart"]])
+    minutes = (30, 42, 50, 85)
+    assert [value_at(waiting["waiting:B"], T + 60 * m) for m in minutes] == [0, 1, 1, 0]
+    assert [value_at(waiting["blocked:A"], T + 60 * m) for m in minutes] == [0, 0, 1, 1]
+    assert [value_at(waiting["waiting:A"], T + 60 * m) for m in minutes] == [0, 0, 0, 0]
+    (job,) = queue["waitingAtEnd"]
+    assert (job["jobId"], job["quotaShare"], job["priority"], job["since"], job["sinceText"]) \
+        == ("a-big", "A", 7, T + 2700, "2026-12-01T08:45:00Z")  # fmt: skip
+    # the environment fits 3 again from 09:20, A's limit of 2 never does
+    assert job["blockedReason"].startswith("MISCONFIGURATION:QUOTA_MANAGEMENT_LIMIT_EXCEEDED")
+    assert queue["preemptions"] == []
+
+
+def test_a_window_in_iso_times_from_the_command_line(dbs, tmp_path):
+    out = tmp_path / "window.html"
+    result = CliRunner().invoke(app, ["report", "--db", str(dbs["lowered"]), "--out", str(out),
+                                      "--from", "2026-12-01T08:30", "--to",
+                                      "2026-12-01T09:00:00Z"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    (chart,) = [c for c in report_data(out.read_text())["charts"] if c["kind"] == "usage"]
+    assert (chart["t0"], chart["t1"]) == (T + 1800, T + 3600)
+
+
+# -- every example against the projection's own tables ----------------------------------------
 
 
 @pytest.mark.parametrize("name", SCENARIOS)
-def test_report_draws_the_projection(dbs, tmp_path, name):
-    out = tmp_path / f"{name}.html"
-    write_report(str(dbs[name]), str(out))
-    check_self_contained(out)
-    root = parse(out)
+def test_the_charts_add_up_to_the_projection(dbs, tmp_path, name):
+    """Per chart, each share's own + borrowed integrates to its share_usage in_use; the
+    lending adds up to share_usage.borrowed and, per lender, to the rollup's lent_s; every
+    preemption is a table row."""
+    _, data = written(dbs[name], tmp_path)
     con = duckdb.connect(str(dbs[name]), read_only=True)
     try:
-        check_report(con, root)
-        position, facts = con.execute(
-            "SELECT position, facts_applied FROM projection_state").fetchone()
+        expected = con.execute("SELECT DISTINCT job_queue, capacity_unit FROM share_usage UNION "
+                               "SELECT DISTINCT job_queue, capacity_unit FROM capacity_changes"
+                               ).fetchall()  # fmt: skip
+        charts = [c for c in data["charts"] if c["kind"] == "usage"]
+        assert sorted((c["jobQueue"], c["capacityUnit"]) for c in charts) == sorted(expected)
+        for chart in charts:
+            check_chart(con, chart)
+        rows = con.execute("SELECT count(*) FROM preemptions").fetchone()[0]
+        assert sum(len(q["preemptions"]) for q in data["queues"]) == rows
     finally:
         con.close()
-    source = by_class(root, "p", "source")[0]
-    text = "".join(source.itertext())
-    assert str(dbs[name]) in text and f"{facts:,} facts" in text and f"last seq {position}" in text
-    assert root.find("head").find("title").text.startswith("quotasched report")
-    assert by_class(root, "div", "legend")
 
 
-def test_window_and_queue_filter(dbs, tmp_path):
-    out = tmp_path / "window.html"
-    write_report(str(dbs["two-teams-day"]), str(out), job_queues=["training"],
-                 t_from=29000, t_to=30050)  # fmt: skip
-    root = parse(out)
-    assert {c.get("data-job-queue") for c in by_class(root, "svg", "usage")} == {"training"}
-    con = duckdb.connect(str(dbs["two-teams-day"]), read_only=True)
-    try:
-        check_report(con, root, t_from=29000, t_to=30050, queue_filter="training")
-    finally:
-        con.close()
-    seqs = [int(m.get("data-seq")) for m in by_class(root, "g", "preemption")]
-    assert seqs == [34]  # the 8:20 reclaim; 8:21:40 is after the window
-    # vision borrows 1 from 29000, 2 from 29060; nlp and platform idle 1 each until nlp's
-    # reclaim at 30000, then platform alone: 0.5 each for 60 s, 1 each for 940 s, 1 for 50 s.
-    (table,) = [t for t in by_class(root, "table", "lent")
-                if t.get("data-capacity-unit") == "ml.p4d.24xlarge"]  # fmt: skip
-    row = {td.get("data-lender"): float(td.get("data-value"))
-           for td in by_class(table.find("tbody")[0], "td", "lent")}  # fmt: skip
-    assert row == pytest.approx({"nlp": 30 + 940, "platform": 30 + 940 + 50})
+def check_chart(con, chart: dict) -> None:
+    params = {"q": chart["jobQueue"], "u": chart["capacityUnit"], "t0": chart["t0"],
+              "t1": chart["t1"]}  # fmt: skip
+    used = _used(con, params)
+    s = series(chart)
+    for share, seconds in used.items():
+        drawn = integral(s.get(f"own:{share}", [])) + integral(s.get(f"borrowed:{share}", []))
+        assert drawn == pytest.approx(seconds, rel=1e-9, abs=1e-9), (chart["jobQueue"], share)
+    lent = chart["lent"]
+    for borrower, total in lent["borrowed"].items():
+        parts = sum(v for b, _, v in lent["lent"] if b == borrower)
+        assert parts + lent["unbacked"].get(borrower, 0) == pytest.approx(total, rel=1e-9)
+    rollup = dict(con.execute(
+        "SELECT quota_share, sum(lent_s) FROM utilization($t0, $t1, $t1 - $t0 + 1) "
+        "WHERE job_queue = $q AND capacity_unit = $u GROUP BY ALL", params).fetchall())
+    for lender, seconds in rollup.items():
+        ours = sum(v for _, lent_by, v in lent["lent"] if lent_by == lender)
+        assert ours == pytest.approx(seconds, rel=1e-6, abs=1e-6), (chart["jobQueue"], lender)
 
 
-def test_dense_charts_are_drawn_as_averages(dbs, tmp_path, monkeypatch):
-    """Past MAX_EXACT_STEPS a chart shows per-column time averages: the same areas (so the
-    same instance-seconds per borrower and lender), one hatched band per (borrower, lender)."""
+def _used(con, params: dict) -> dict[str, float]:
+    """Instance-seconds each share held over [t0, t1], from share_usage segments."""
+    rows = con.execute(
+        'SELECT quota_share, greatest("at", $t0), least(lead("at", 1, $t1) OVER '
+        "(PARTITION BY quota_share ORDER BY seq), $t1), in_use FROM share_usage "
+        'WHERE job_queue = $q AND capacity_unit = $u AND "at" <= $t1', params).fetchall()
+    used: dict[str, float] = {}
+    for share, a, b, in_use in rows:
+        used[share] = used.get(share, 0.0) + in_use * max(0.0, b - a)
+    return used
+
+
+def test_dense_charts_are_averaged_keeping_their_instance_seconds(dbs, tmp_path, monkeypatch):
+    exact = written(dbs["two-teams-day"], tmp_path)[1]
     monkeypatch.setattr(report_module.style, "MAX_EXACT_STEPS", 3)
+    monkeypatch.setattr(report_module.style, "AVERAGE_COLUMNS", 50)
+    html, dense = written(dbs["two-teams-day"], tmp_path)
+    assert "time averages over equal columns" in Page(html).words()
+    for before, after in zip(exact["charts"], dense["charts"]):
+        assert after["averaged"] and len(after["datasets"][0]["points"]) == 51
+        for key, points in series(after).items():
+            if not key.startswith("preemption:"):
+                assert integral(points) == pytest.approx(integral(series(before)[key]), rel=1e-6)
+
+
+# -- one file, offline ------------------------------------------------------------------------
+
+
+def test_the_page_is_one_file_that_loads_nothing(dbs, tmp_path):
+    html, data = written(dbs["two-teams-day"], tmp_path)
+    page = Page(html)
+    for tag, attrs in page.tags:
+        assert tag not in ("link", "img", "iframe", "object"), tag
+        assert "src" not in attrs and not (attrs.get("href") or "").startswith(("http", "//"))
+    styles = re.findall(r"<style>(.*?)</style>", html, re.S)
+    assert not re.search(r"@import|url\(", "".join(styles))
+    vendored = (resources.files("quotasched.services.web") / "static" / "vendor"
+                / "chart.umd.min.js").read_text(encoding="utf-8")  # fmt: skip
+    scripts = re.findall(r"<script>(.*?)</script>", html, re.S)
+    assert vendored in scripts and html.count("Chart.js v4.6.1") == 1
+    assert [tag for tag, _ in page.tags].count("canvas") == len(data["charts"])
+
+
+def test_scripts_that_could_close_their_element_are_refused():
+    with pytest.raises(ValueError):
+        report_module.script.inline("x = '</script>'")
+
+
+# -- the two readers --------------------------------------------------------------------------
+
+
+def test_the_projector_reader_runs_the_same_queries_and_pages(dbs, monkeypatch):
+    """Through the projector's own `sql` answer (api.run, api.encode at a small message size),
+    two rows a page: the same report as from the file."""
     db = str(dbs["two-teams-day"])
-    made = report_module.build(db)
-    for chart in made.charts:
-        shown, dense = report_module.frames(chart, 200)
-        assert dense == (len(chart.steps) > 3)
-        assert len(shown) == 200 if dense else len(shown) == len(chart.steps)
-        lent: dict = {}
-        for frame in shown:
-            for key, amount in frame.pieces.items():
-                lent[key] = lent.get(key, 0.0) + amount * (frame.b - frame.a)
-        exact = {**chart.lent_s, **{(b, None): v for b, v in chart.unbacked_s.items()}}
-        assert lent == pytest.approx(exact, rel=1e-9)
-    out = tmp_path / "dense.html"
-    write_report(db, str(out))
-    check_self_contained(out)
-    root = parse(out)
-    assert {c.get("data-mode") for c in by_class(root, "svg", "usage")} == {"average"}
-    for section in by_class(root, "section", "chart"):
-        bands = {(p.get("data-share"), p.get("data-lender"))
-                 for p in by_class(section, "path", "borrowed")}  # fmt: skip
-        cells = {(tr.get("data-borrower"), td.get("data-lender"))
-                 for table in by_class(section, "table", "lent") for tr in table.find("tbody")
-                 for td in by_class(tr, "td", "lent") if float(td.get("data-value")) > 0}
-        assert bands == cells
-        assert not by_class(section, "rect", "borrowed")
-        assert "time averages" in "".join(by_class(section, "p", "notes")[0].itertext())
+    monkeypatch.setattr(readers, "PAGE_ROWS", 2)
+    con = duckdb.connect(db, read_only=True)
+    asked: list[str] = []
+
+    def ask(statement: str, limit: int) -> dict:
+        asked.append(statement)
+        answer = api.run(con.cursor(), "sql", {"sql": statement, "limit": limit})
+        return json.loads(api.encode(answer, max_bytes=1500))
+
+    try:
+        from_file = report_module.load(readers.DuckDBReader(con, db))
+        over_nats = report_module.load(readers.ProjectorReader(ask, db))
+    finally:
+        con.close()
+    assert render_html(over_nats) == render_html(from_file)
+    assert any(" OFFSET " in statement for statement in asked)
+    assert all("$" not in statement for statement in asked)
 
 
-def test_cli_writes_html_and_refuses_bad_requests(dbs, tmp_path):
+def test_parameters_become_exact_literals():
+    assert readers.bind("SELECT $q, $t, $n, $names, $none",
+                        {"q": "it's", "t": 0.1, "n": 7, "names": ["a", "b'"], "none": None}) \
+        == "SELECT 'it''s', 0.1::DOUBLE, 7, ['a', 'b'''], NULL"  # fmt: skip
+    con = duckdb.connect()
+    value = 1796112000.123456
+    assert con.execute(readers.bind("SELECT $t", {"t": value})).fetchone()[0] == value
+
+
+# -- the command line -------------------------------------------------------------------------
+
+
+def test_cli_writes_html_and_refuses_bad_requests(dbs, tmp_path, monkeypatch):
     runner = CliRunner()
     out = tmp_path / "cli.html"
+    monkeypatch.setenv("QUOTASCHED_NATS_URL", "nats://127.0.0.1:1")  # --db comes first
     result = runner.invoke(app, ["report", "--db", str(dbs["notebook"]), "--out", str(out)])
     assert result.exit_code == 0, result.output
-    assert out.exists() and len(by_class(parse(out), "svg", "usage")) == 1
+    assert "1 chart, 2 preemptions" in result.output
     bad = [
         (["--job-queue", "nope"], "no job queue 'nope'"),
         (["--from", "5", "--to", "5"], "empty time window"),
+        (["--from", "yesterday"], "ISO time"),
         (["--out", str(tmp_path / "x.svg")], ".html"),
     ]
     for extra, message in bad:
@@ -278,12 +431,36 @@ def test_cli_writes_html_and_refuses_bad_requests(dbs, tmp_path):
         assert message in result.output
     result = runner.invoke(app, ["report", "--db", str(tmp_path / "none.duckdb")])
     assert result.exit_code == 2 and "no projection database" in result.output
+    monkeypatch.delenv("QUOTASCHED_NATS_URL")
+    monkeypatch.delenv("QUOTASCHED_PROJECTION_DB", raising=False)
+    result = runner.invoke(app, ["report", "--out", str(out)])
+    assert result.exit_code == 2 and "--db PATH" in result.output and "--nats-url" in result.output
+
+
+def test_a_file_held_by_a_projector_points_to_nats_url(dbs, tmp_path):
+    db = tmp_path / "held.duckdb"
+    db.write_bytes(dbs["notebook"].read_bytes())
+    holder = subprocess.Popen([sys.executable, "-c", "import duckdb, sys, time; "
+                               f"c = duckdb.connect({str(db)!r}); print('held', flush=True); "
+                               "time.sleep(60)"], stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        result = CliRunner().invoke(app, ["report", "--db", str(db), "--out",
+                                          str(tmp_path / "r.html")])  # fmt: skip
+    finally:
+        holder.kill()
+        holder.wait()
+    assert result.exit_code == 2, result.output
+    assert "held by a running projector" in result.output and "--nats-url" in result.output
+
+
+# -- the PNG ----------------------------------------------------------------------------------
 
 
 def test_png_without_chromium_says_to_use_html(dbs, tmp_path, monkeypatch):
     monkeypatch.setattr(report_module.png, "chromium", lambda: None)
     with pytest.raises(ReportError, match=r"--out report\.html"):
-        write_report(str(dbs["notebook"]), str(tmp_path / "r.png"))
+        write_report(str(tmp_path / "r.png"), str(dbs["notebook"]))
     result = CliRunner().invoke(app, ["report", "--db", str(dbs["notebook"]),
                                       "--out", str(tmp_path / "r.png")])  # fmt: skip
     assert result.exit_code == 1 and "Chromium" in result.output
@@ -291,10 +468,18 @@ def test_png_without_chromium_says_to_use_html(dbs, tmp_path, monkeypatch):
 
 
 @pytest.mark.skipif(report_module.chromium() is None, reason="no headless Chromium installed")
-def test_png_with_chromium(dbs, tmp_path):
+def test_png_with_chromium_is_cropped_to_the_content(dbs, tmp_path):
     out = tmp_path / "r.png"
-    write_report(str(dbs["notebook"]), str(out))
-    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    write_report(str(out), str(dbs["notebook"]))
+    head = out.read_bytes()[:24]
+    assert head[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = struct.unpack(">II", head[16:24])
+    # header, one usage and one waiting chart, three short tables: about 1,300 px, not a
+    # screen-high guess with half of it white
+    assert width == report_module.png.WIDTH and 900 < height < 1800, height
+
+
+# -- attribution ------------------------------------------------------------------------------
 
 
 def test_attribution_is_pro_rata_to_idle_quota():
@@ -315,3 +500,15 @@ def test_attribution_is_pro_rata_to_idle_quota():
     assert sum(p.amount for p in pieces if p.lender == "c") == pytest.approx(3)
     assert sum(p.amount for p in pieces if p.lender is None) == pytest.approx(4)
     assert attribute(Step(0, 1, 1, {"a": ShareAt(1, 2, 0, 1)})) == []
+
+
+def test_clock_ticks_are_round_utc_times_dated_on_each_new_day():
+    axis = report_module.TimeAxis(T, T + 86400)
+    labels = [tick["label"] for tick in axis.ticks(T + 12 * 3600, T + 24 * 3600)]
+    # 12 h cut in at most 10: every 2 h, from 08:00 + 12 h to 08:00 the next day
+    assert labels == ["2026-12-01 20:00", "22:00", "2026-12-02 00:00", "02:00", "04:00", "06:00",
+                      "08:00"]  # fmt: skip
+    fast = report_module.TimeAxis(T + 0.25, T + 0.31)  # a live service's whole log, 60 ms
+    assert [tick["label"] for tick in fast.ticks(T + 0.25, T + 0.31)][:2] == [
+        "2026-12-01 08:00:00.25", "08:00:00.26"]
+    assert fast.stamp(T + 0.25) == "2026-12-01T08:00:00.250Z"
