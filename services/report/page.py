@@ -1,5 +1,5 @@
 """The HTML page: one self-contained document.  A header (source, first and last fact, window),
-then per job queue its share legend, a usage chart per capacity unit (with its over-capacity
+then per job queue a usage chart per capacity unit (with its shares' limits, its over-capacity
 note and who-lent-to-whom table), the waiting chart, the jobs still waiting and the
 preemptions; a footer on how to read it.  The data is one JSON object in a
 <script type="application/json" id="report-data"> element (`report_data` reads it back);
@@ -112,15 +112,13 @@ def _header(report: Report, axis: TimeAxis) -> str:
 
 def _queue(report: Report, queue: QueueReport, axis: TimeAxis, data: dict) -> str:
     entry: dict[str, Any] = {"jobQueue": queue.job_queue, "t0": queue.t0, "t1": queue.t1,
-                             "charts": [], "overCapacity": {}}  # fmt: skip
+                             "charts": []}  # fmt: skip
     out = [f'<section class="queue" data-job-queue="{_e(queue.job_queue)}">'
            f"<h2>Job queue {_e(queue.job_queue)}</h2>"]  # fmt: skip
     if (queue.t0, queue.t1) != (report.t0, report.t1):
         out.append(f'<p class="source">Window: {_e(axis.stamp(queue.t0))} to '
                    f"{_e(axis.stamp(queue.t1))}.</p>")  # fmt: skip
     for chart in queue.charts:
-        if chart is queue.charts[0]:
-            out.append(_share_legend(report, chart))
         out.append(_usage(report, chart, axis, data, entry))
     if not queue.charts:
         out.append('<p class="none">No quota share or capacity to chart.</p>')
@@ -149,6 +147,7 @@ def _usage(report: Report, chart: Chart, axis: TimeAxis, data: dict, entry: dict
     entry["charts"].append(index)
     return (f'<section class="chart" data-job-queue="{_e(chart.job_queue)}" '
             f'data-capacity-unit="{_e(chart.capacity_unit)}"><h3>{_e(chart.capacity_unit)}</h3>'
+            + _share_legend(report, chart)
             + _canvas(index, "usage", f"usage of {chart.capacity_unit} per quota share")
             + _averaged_note(spec) + note + _summary(chart) + _lent_table(report, chart)
             + "</section>")  # fmt: skip
