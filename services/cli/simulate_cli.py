@@ -4,6 +4,7 @@
     quotasched simulate --trace T.csv --config C.yaml --out sim.duckdb      # + the fact log
     quotasched simulate --trace T.csv --compare A.yaml B.yaml --chart what-if.html
     quotasched simulate --trace T.csv --compare A.yaml B.yaml --pool 1715 --pool 2287
+    quotasched simulate --trace T.csv --compare A.yaml B.yaml --window 7d:50d   # after warm-up
     quotasched synth-trace --jobs 500 --seed 7 --out small.csv            # a seeded test trace
 
 Exit status: 0 done; 1 the simulation failed (the core refused the set-up, or the fact log
@@ -53,6 +54,12 @@ def simulate(
         "--pool", help="Pool size in instances instead of the configuration's (repeat for a "
                        "sweep: every configuration runs at every size); weighted quotas "
                        "follow the pool, absolute limits scale with it.")] = None,
+    window: Annotated[Optional[str], typer.Option(
+        "--window", help="Measure utilization over START:END instead of the trace's submit "
+                         "span (its first to its last submission): seconds after the first "
+                         "submission, or with a unit s, m, h or d, e.g. 7d:50d; an empty "
+                         "START or END is the first or the last submission. Every run "
+                         "compared is measured over the same window.", show_default=False)] = None,
     shares: Annotated[bool, typer.Option(
         "--shares/--no-shares", help="Also print the per-share table of each run.")] = False,
     progress: Annotated[bool, typer.Option(
@@ -65,12 +72,18 @@ def simulate(
     loses the work since its last checkpoint (checkpoint_interval_s, default: all of it) and
     goes back to its queue. Prints utilization, waits per team, preemptions, GPU-hours lost,
     borrowed and lent, and the makespan.
+
+    Utilization is measured over one window common to every run compared: the trace's submit
+    span unless --window says otherwise; work outside it is clipped. Waits are given as time
+    to first start and total time queued (each wait after a preemption too), p50 and p95; a
+    job still waiting when its run ends is counted, and its wait is censored there (a lower
+    bound, marked ≥ where it reaches a percentile).
     """
     paths = ([config] if config else []) + list(configs or [])
     _check_usage(paths, config, compare, out, chart, pool)
-    job_trace, loaded = _load(trace, paths, pool)
+    job_trace, loaded, measured_over = _load(trace, paths, pool, window)
     runs = _run_all(job_trace, loaded, bool(out), progress)
-    _report(runs, job_trace, out, chart, shares, progress)
+    _report(runs, job_trace, measured_over, out, chart, shares, progress)
 
 
 def _check_usage(paths: list[str], config, compare: bool, out, chart, pool) -> None:
@@ -88,24 +101,27 @@ def _check_usage(paths: list[str], config, compare: bool, out, chart, pool) -> N
         raise _fail(f"--chart must name an .html file, not {chart}")
 
 
-def _load(trace: str, paths: list[str], pool):
-    """The trace, and every configuration (one per --pool size each), uniquely named."""
+def _load(trace: str, paths: list[str], pool, window: str | None):
+    """The trace, every configuration (one per --pool size each), uniquely named, and the
+    window utilization is measured over."""
     from quotasched.services.simulate import ConfigError, TraceError, load_config, read_trace
+    from quotasched.services.simulate.window import WindowError, parse_window, submit_span
 
     try:
         loaded = [load_config(path) for path in paths]
         job_trace = read_trace(trace)
+        measured_over = parse_window(window, job_trace) if window else submit_span(job_trace)
         if pool:
             loaded = [c.with_pool(size).model_copy(update={"name": f"{c.name}@{size}"})
                       if len(pool) > 1 else c.with_pool(size)
                       for c in loaded for size in pool]  # fmt: skip
-    except (ConfigError, TraceError) as error:
+    except (ConfigError, TraceError, WindowError) as error:
         raise _fail(str(error)) from None
     names = [c.name for c in loaded]
     if len(set(names)) != len(names):
         raise _fail(f"two configurations share the name {next(n for n in names if names.count(n) > 1)}"
                     "; names label the columns")  # fmt: skip
-    return job_trace, loaded
+    return job_trace, loaded, measured_over
 
 
 def _run_all(job_trace, loaded, record: bool, progress: bool) -> list:
@@ -145,16 +161,23 @@ def _run(job_trace, config, record: bool, progress: bool, console: Console):
     return run
 
 
-def _report(runs, job_trace, out, chart, shares, progress) -> None:
+def _say(console: Console, line: str) -> None:
+    """One line as it is: no markup, no highlighting, wrapped by the terminal if at all."""
+    console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+def _report(runs, job_trace, measured_over, out, chart, shares, progress) -> None:
     from quotasched.services.simulate import summarize, write_fact_log
-    from quotasched.services.simulate.render import chart_html, compare_table, share_table
+    from quotasched.services.simulate.render import (chart_html, compare_table, share_table,
+                                                     window_line)  # fmt: skip
 
     console = Console()
     if not console.is_terminal:  # a file or a pipe: wide enough for several columns
         console = Console(width=max(120, 44 + 18 * len(runs)))
-    summaries = [summarize(run) for run in runs]
+    summaries = [summarize(run, measured_over) for run in runs]
     title = (f"{job_trace.source}: {len(job_trace):,} jobs, "
              f"{job_trace.gpu_seconds() / 3600:,.0f} GPU-hours")  # fmt: skip
+    _say(console, window_line(summaries))
     console.print(compare_table(summaries, title))
     for summary in summaries:
         if shares:
@@ -175,8 +198,8 @@ def _report(runs, job_trace, out, chart, shares, progress) -> None:
     if chart:
         from quotasched.services.simulate import series
 
-        start = min(s.window_start for s in summaries)
-        end = max(s.window_end for s in summaries)
+        start = min(s.first_submit for s in summaries)
+        end = max(s.last_end for s in summaries)
         page = chart_html(summaries, [series(run, start, end) for run in runs], job_trace.source)
         try:
             with open(chart, "w", encoding="utf-8") as handle:

@@ -53,15 +53,21 @@ class Run:
     limits: dict[str, int]
     share_of_job: list[str]
     priority: list[int]
+    horizon: float  # the time of the last event: the run ends there
     first_start: list[float]  # -1: never dispatched
     end: list[float]  # -1: never finished
+    queued: list[float]  # seconds in the queue, each wait after a requeue too, up to the horizon
+    waiting_at_end: list[bool]  # in the queue at the horizon (so `queued` is a lower bound)
     ran: list[float]  # seconds of all attempts together
     lost: list[float]  # seconds of work thrown away by preemptions
     preemptions: list[int]
     failed: list[bool]
+    kept: list[tuple[int, float, float]]  # (job, from, to): attempt time whose work was kept
     blocked: dict[str, str]  # share -> last ShareBlocked reason
     usage_times: list[float]  # step function of instances in use: from usage_times[i] on,
     usage_levels: list[int]  # usage_levels[i] instances are held
+    capacity_times: list[float]  # step function of the pool's instances, likewise
+    capacity_levels: list[int]
     used_area: dict[str, float]  # share -> instance-seconds used
     borrowed_area: dict[str, float]  # share -> instance-seconds beyond its own limit
     lent_area: float = 0.0  # instance-seconds of lenders' idle capacity that borrowers held
@@ -85,13 +91,17 @@ def simulate(trace: Trace, config: SimConfig, *, record: bool = False,
     log: list[F.Fact] | None = [] if record else None
     seq = _set_up_cluster(state, config, limits, log)
     replay = _Replay(state, seq, trace, config, share_of_job, limits, priority, log)
-    replay.run(validate, progress)
+    horizon = replay.run(validate, progress)
     jobs, meter = replay.jobs, replay.meter
+    waiting = jobs.close_queues(horizon)
     return Run(
-        config=config, trace=trace, limits=limits, share_of_job=share_of_job, priority=priority,
-        first_start=jobs.first_start, end=jobs.end, ran=jobs.ran, lost=jobs.lost,
-        preemptions=jobs.preemptions, failed=jobs.failed, blocked=replay.blocked,
+        config=config, trace=trace, limits=limits, share_of_job=share_of_job, priority=priority, horizon=horizon,
+        first_start=jobs.first_start, end=jobs.end, queued=jobs.queued, waiting_at_end=waiting,
+        ran=jobs.ran, lost=jobs.lost, preemptions=jobs.preemptions, failed=jobs.failed,
+        kept=jobs.kept, blocked=replay.blocked,
         usage_times=meter.usage_times, usage_levels=meter.usage_levels,
+        # the core holds the pool at its configured size: nothing in a run resizes it
+        capacity_times=[0.0], capacity_levels=[config.environment.max_instances],
         used_area=meter.used_area, borrowed_area=meter.borrowed_area,
         lent_area=meter.lent_area, commands=replay.seq,
         fact_count=replay.fact_count, seconds=clock.perf_counter() - started, facts=log,
@@ -117,18 +127,29 @@ def _set_up_cluster(state: State, config: SimConfig, limits: dict[str, int],
 class _Jobs:
     """Each job's progress and measurements, indexed like the trace, and the completions due."""
 
-    def __init__(self, duration: list[float]):
+    def __init__(self, submit: list[float], duration: list[float]):
         n = len(duration)
         self.remaining = list(duration)  # seconds of work still to do
         self.attempt_of = [0] * n  # the running attempt; 0: none runs
         self.start_of = [0.0] * n  # when the running attempt started
+        self.queued_since = list(submit)  # when the job last entered the queue
+        self.queued = [0.0] * n  # seconds in the queue before its dispatches so far
         self.first_start = [-1.0] * n
         self.end = [-1.0] * n
         self.ran = [0.0] * n
         self.lost = [0.0] * n
         self.preemptions = [0] * n
         self.failed = [False] * n
+        self.kept: list[tuple[int, float, float]] = []
         self.due: list[tuple[float, int, int]] = []  # heap of (completion time, job, attempt)
+
+    def close_queues(self, horizon: float) -> list[bool]:
+        """Which jobs are in the queue at the horizon; their queued time runs up to it."""
+        waiting = [end < 0 and not attempt for end, attempt in zip(self.end, self.attempt_of)]
+        for j, still in enumerate(waiting):
+            if still:
+                self.queued[j] += horizon - self.queued_since[j]
+        return waiting
 
 
 class _Meter:
@@ -212,7 +233,7 @@ class _Replay:
         self.ids, self.submit, self.gpus = trace.job_ids, trace.submit, trace.gpus
         self.index = {job_id: i for i, job_id in enumerate(self.ids)}
         self.usage_of: dict[int, list[CapacityUsage]] = {}
-        self.jobs = _Jobs(trace.duration)
+        self.jobs = _Jobs(trace.submit, trace.duration)
         self.blocked: dict[str, str] = {}
         lenders = {share.name for share in config.shares if share.strategy.value != "RESERVE"}
         self.meter = _Meter(queue, limits, unit, lenders)
@@ -220,11 +241,11 @@ class _Replay:
         self.copy_submit, self.copy_report = submit_template.model_copy, report_template.model_copy
         self.next_submit = 0
 
-    def run(self, validate: bool, progress: Callable[[float], None] | None) -> None:
-        """Every event to the end, each command decided by `step`."""
+    def run(self, validate: bool, progress: Callable[[float], None] | None) -> float:
+        """Every event to the end, each command decided by `step`; the time of the last."""
         state, log, seq, fact_count = self.state, self.log, self.seq, 0
         next_command, react, observe = self._next_command, self._react, self.meter.observe
-        events = 0
+        events, now = 0, 0.0
         while (event := next_command()) is not None:
             now, command = event
             if validate:
@@ -241,6 +262,7 @@ class _Replay:
             if progress is not None and events % PROGRESS_EVERY == 0:
                 progress(now)
         self.seq, self.fact_count = seq, fact_count
+        return now
 
     def _next_command(self) -> tuple[float, C.Command] | None:
         """The next event as a command: a due completion (first at equal times), else the next
@@ -279,6 +301,7 @@ class _Replay:
                 j = index[fact.job_id]
                 jobs.attempt_of[j] = fact.attempt
                 jobs.start_of[j] = now
+                jobs.queued[j] += now - jobs.queued_since[j]
                 if jobs.first_start[j] < 0:
                     jobs.first_start[j] = now
                 heapq.heappush(jobs.due, (now + jobs.remaining[j], j, fact.attempt))
@@ -290,6 +313,7 @@ class _Replay:
                     j = index[fact.job_id]
                     if jobs.attempt_of[j]:
                         jobs.ran[j] += now - jobs.start_of[j]
+                        jobs.kept.append((j, jobs.start_of[j], now))
                         jobs.attempt_of[j] = 0
                     jobs.end[j] = now
                     jobs.failed[j] = status is _DONE_FAILED
@@ -311,10 +335,15 @@ class _Replay:
         return touched
 
     def _stop(self, j: int, now: float, outcome: PreemptionOutcome) -> None:
-        """Job `j` preempted at `now`: the work since its last checkpoint is lost."""
+        """Job `j` preempted at `now`: the work since its last checkpoint is lost; requeued,
+        it waits in the queue from `now`."""
         jobs, checkpoint = self.jobs, self.checkpoint
-        done = now - jobs.start_of[j]
+        start = jobs.start_of[j]
+        done = now - start
         saved = (done // checkpoint) * checkpoint if checkpoint else 0.0
+        if saved:
+            jobs.kept.append((j, start, start + saved))
+        jobs.queued_since[j] = now
         jobs.remaining[j] -= saved
         jobs.ran[j] += done
         jobs.lost[j] += done - saved

@@ -1,7 +1,7 @@
 """Showing simulations: rich tables for the terminal, one self-contained HTML chart (inline SVG).
 
-    table(summary)              one configuration: the totals, then one row per share
-    compare_table(summaries)    several configurations side by side, one column each
+    compare_table(summaries, title)   configurations side by side, one column each
+    share_table(summary)              one configuration, one row per share
     chart_html(summaries, series_list)   utilization and p95 wait over time, per configuration
 """
 
@@ -13,63 +13,95 @@ import math
 from rich.table import Table
 
 from quotasched.services.simulate.summary import Series, Summary
+from quotasched.services.simulate.waits import Quantile, Waits
 
 COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2",
            "#17becf", "#7f7f7f", "#bcbd22")  # fmt: skip
-DAY = 86400.0
+DAY, HOUR = 86400.0, 3600.0
+PERCENTILES = ("p50 / p95: linear interpolation between closest ranks. A job still waiting at "
+               "the end counts, waiting until its run's last event: \"≥\" marks a percentile "
+               "such a wait reaches (a lower bound).")  # fmt: skip
 
 
 def _h(value: float) -> str:
-    if value != value:  # nan: nobody waited in this group
+    if value != value:  # nan: no job in this group
         return "-"
     return f"{value:,.2f}" if value < 100 else f"{value:,.0f}"
 
 
+def _q(quantile: Quantile) -> str:
+    """Hours; "≥ 12.50" when jobs still waiting at the end reach the percentile."""
+    return ("≥ " if quantile.at_least else "") + _h(quantile.seconds / HOUR)
+
+
 def _pct(value: float) -> str:
-    return f"{100 * value:.1f} %"
+    return "-" if value != value else f"{100 * value:.1f} %"
+
+
+def first_start(waits: Waits) -> str:
+    return f"{_q(waits.first_start_p50)} / {_q(waits.first_start_p95)}"
+
+
+def queued(waits: Waits) -> str:
+    return f"{_q(waits.queued_p50)} / {_q(waits.queued_p95)}"
 
 
 ROWS: tuple[tuple[str, object], ...] = (
     ("pool (instances / GPUs)", lambda s: f"{s.pool_instances:,} / {s.pool_gpus:,}"),
-    ("jobs finished / never finished", lambda s: f"{s.finished:,} / {s.never_finished:,}"),
-    ("utilization of the pool", lambda s: _pct(s.utilization)),
-    ("useful utilization (work kept)", lambda s: _pct(s.useful_utilization)),
-    ("wait p50 / p95 (h)", lambda s: f"{_h(s.wait_p50_h)} / {_h(s.wait_p95_h)}"),
+    ("jobs finished / still waiting at the end",
+     lambda s: f"{s.finished:,} / {s.still_waiting:,}"),
+    ("utilization of the pool (window)", lambda s: _pct(s.utilization)),
+    ("useful utilization (work kept, window)", lambda s: _pct(s.useful_utilization)),
+    ("to first start p50 / p95 (h)", lambda s: first_start(s.waits)),
+    ("queued in all p50 / p95 (h)", lambda s: queued(s.waits)),
     ("jobs preempted (preemptions)", lambda s: f"{s.preempted_jobs:,} ({s.preemptions:,})"),
     ("GPU-hours lost to preemption", lambda s: f"{s.lost_gpu_h:,.0f}"),
     ("GPU-hours borrowed (= lent)", lambda s: f"{s.borrowed_gpu_h:,.0f}"),
     ("makespan (days)", lambda s: f"{s.makespan_h / 24:,.2f}"),
     ("simulated in (s) / jobs/s", lambda s: f"{s.seconds:.2f} / {s.jobs_per_second:,.0f}"),
-)
+)  # fmt: skip
+
+
+def window_line(summaries: list[Summary]) -> str:
+    """'utilization over the trace's submit span, 0 s – 60 d 1 h after the first submission'."""
+    windows = {summary.window for summary in summaries}
+    if len(windows) != 1:
+        raise ValueError("runs compared side by side must share one utilization window")
+    return f"utilization over {windows.pop().describe()}"
 
 
 def compare_table(summaries: list[Summary], title: str = "") -> Table:
-    table = Table(title=title or None)
+    """The totals, then each team's waits (and, where any run left one waiting, the count);
+    print `window_line` with it, which says what "(window)" is."""
+    window_line(summaries)  # one window for all, or ValueError
+    table = Table(title=title or None, caption=PERCENTILES, caption_justify="left")
     table.add_column("")
     for summary in summaries:
         table.add_column(summary.name, justify="right")
     for label, value in ROWS:
         table.add_row(label, *(value(summary) for summary in summaries))  # type: ignore[operator]
-    teams = [share.name for share in summaries[0].shares]
-    if all([share.name for share in s.shares] == teams for s in summaries):
-        for index, name in enumerate(teams):
-            table.add_row(f"{name} wait p50 / p95 (h)",
-                          *(f"{_h(s.shares[index].wait_p50_h)} / {_h(s.shares[index].wait_p95_h)}"
-                            for s in summaries))  # fmt: skip
+    for team in summaries[0].teams:  # one trace: the same teams in every run
+        table.add_row(f"{team} first start p50 / p95 (h)",
+                      *(first_start(s.teams[team]) for s in summaries))  # fmt: skip
+        table.add_row(f"{team} queued p50 / p95 (h)", *(queued(s.teams[team]) for s in summaries))
+        if any(s.teams[team].still_waiting for s in summaries):
+            table.add_row(f"{team} still waiting at the end",
+                          *(f"{s.teams[team].still_waiting:,}" for s in summaries))  # fmt: skip
     return table
 
 
 def share_table(summary: Summary) -> Table:
     table = Table(title=f"{summary.name}: per share")
-    for column in ("share", "teams", "strategy", "limit", "jobs", "wait p50 h", "wait p95 h",
-                   "preempted", "lost GPU-h", "used GPU-h", "borrowed GPU-h"):  # fmt: skip
+    for column in ("share", "teams", "strategy", "limit", "jobs", "waiting at end",
+                   "first start p50 / p95 h", "queued p50 / p95 h", "preempted", "lost GPU-h",
+                   "used GPU-h", "borrowed GPU-h"):  # fmt: skip
         table.add_column(column, justify="left" if column in ("share", "teams", "strategy") else "right")
     for share in summary.shares:
         table.add_row(
             share.name, ",".join(share.teams), share.strategy, f"{share.limit:,}",
-            f"{share.jobs:,}", _h(share.wait_p50_h), _h(share.wait_p95_h),
-            f"{share.preempted_jobs:,}", f"{share.lost_gpu_h:,.0f}", f"{share.used_gpu_h:,.0f}",
-            f"{share.borrowed_gpu_h:,.0f}",
+            f"{share.jobs:,}", f"{share.waits.still_waiting:,}", first_start(share.waits),
+            queued(share.waits), f"{share.preempted_jobs:,}", f"{share.lost_gpu_h:,.0f}",
+            f"{share.used_gpu_h:,.0f}", f"{share.borrowed_gpu_h:,.0f}",
         )  # fmt: skip
     return table
 
@@ -160,7 +192,9 @@ def chart_html(summaries: list[Summary], series_list: list[Series], trace_name: 
         f"<h1>What-if on {html.escape(trace_name)}</h1><p>{legend}</p>"
         "<h2>Utilization of the pool (instances held, time-weighted per bucket)</h2>"
         + _panel("utilization", "%", series_list, utilization, 100.0)
-        + "<h2>Wait p95 of the jobs submitted in each bucket (hours to first dispatch)</h2>"
+        + "<h2>Wait p95 of the jobs submitted in each bucket (hours to first dispatch; a job "
+        "never dispatched counts until its run's last event, a lower bound)</h2>"
         + _panel("wait p95", "h", series_list, waits, top_wait)
-        + f"<table><tr><th></th>{head}</tr>{''.join(rows)}</table></body></html>"
+        + f"<table><tr><th></th>{head}</tr>{''.join(rows)}</table>"
+        f"<p>{html.escape(window_line(summaries))}. {html.escape(PERCENTILES)}</p></body></html>"
     )

@@ -53,7 +53,7 @@ def test_simulate_writes_the_fact_log_that_sql_reads(files):
     jobs = sql(db, "SELECT count(*) AS n, count(*) FILTER (WHERE status = 'SUCCEEDED') AS ok, "
                    "sum(preemptions) AS preempted FROM jobs")[0]  # fmt: skip
     assert jobs == {"n": 250, "ok": 250, "preempted": expected.preemptions}
-    end = int(expected.window_end) + 1
+    end = int(expected.last_end) + 1
     usage = {row["quota_share"]: row for row in sql(
         db, f"SELECT quota_share, sum(used_h) AS used_h, sum(borrowed_h) AS borrowed_h "
             f"FROM utilization(0, {end}, {end}) GROUP BY 1")}  # fmt: skip
@@ -103,3 +103,41 @@ def test_a_bad_trace_exits_2(files):
                                       str(files / "fixed.yaml"), "--no-progress"])  # fmt: skip
     assert result.exit_code == 2
     assert "bad.csv:2: gpus must be an integer, got 'x'" in result.output
+
+
+@pytest.fixture()
+def tiny(tmp_path):
+    """Two teams on 4 instances; share a's quota of 1 is lifted to its 3-GPU job, share g's
+    team never submits."""
+    (tmp_path / "t.csv").write_text(
+        "job_id,submit_time_s,duration_s,gpus,team,job_type\n"
+        "j1,100,10,3,ta,\nj2,102,4,1,tb,\nj3,112,3,1,ta,\n")
+    (tmp_path / "c.yaml").write_text(
+        "name: tiny\nenvironment: {max_instances: 4}\nshares:\n"
+        "  - {name: a, teams: [ta], strategy: RESERVE, limit: 1}\n"
+        "  - {name: b, teams: [tb], strategy: RESERVE, limit: 2}\n"
+        "  - {name: g, teams: [ghost], strategy: RESERVE, limit: 1}\n")
+    return tmp_path
+
+
+def test_window_overrides_the_submit_span_for_every_run_and_says_so(tiny):
+    # a's lifted quota 3 runs j1 [100, 110) and j3 [112, 115); b runs j2 [102, 106)
+    args = ["simulate", "--trace", str(tiny / "t.csv"), "--config", str(tiny / "c.yaml"),
+            "--no-progress"]  # fmt: skip
+    default = CliRunner().invoke(app, args)
+    # [100, 112): 3 x 10 + 1 x 4 = 34 of 4 x 12 = 48: 70.8 %
+    assert "utilization over the trace's submit span, 0 s – 12 s after the first submission" in (
+        default.stdout)  # fmt: skip
+    assert _row(default.stdout, "utilization of the pool") == ["70.8 %"]
+    chosen = CliRunner().invoke(app, [*args, "--window", "5:15"])
+    # [105, 115): 3 x 5 + 1 x 1 + 1 x 3 = 19 of 4 x 10 = 40: 47.5 %
+    assert "utilization over --window, 5 s – 15 s after the first submission" in chosen.stdout
+    assert _row(chosen.stdout, "utilization of the pool") == ["47.5 %"]
+    assert _row(chosen.stdout, "jobs finished / still waiting") == ["3 / 0"]
+    bad = CliRunner().invoke(app, [*args, "--window", "15:5"])
+    assert bad.exit_code == 2 and "--window 15:5: END must come after START" in bad.output
+
+
+def _row(text: str, label: str) -> list[str]:
+    line = next(line for line in text.splitlines() if label in line)
+    return [cell.strip() for cell in line.split("│")[2:-1]]

@@ -9,21 +9,10 @@ import pytest
 
 from quotasched.events.codec import encode
 from quotasched.services.scheduler.core.invariants import DecisionAuditor, check_stable, check_state
-from quotasched.services.simulate import Trace, parse_config, simulate, summarize, synthetic
+from quotasched.services.simulate import Window, parse_config, simulate, summarize, synthetic
+from tests.simulate.builders import config, trace
 
 G5 = "ml.g5.xlarge"
-
-
-def config(shares: list[dict], pool: int, **extra) -> object:
-    return parse_config({"name": extra.pop("name", "t"), "environment": {"max_instances": pool},
-                         "shares": shares, **extra})  # fmt: skip
-
-
-def trace(*rows: tuple) -> Trace:
-    out = Trace()
-    for row in rows:
-        out.append(*row)
-    return out
 
 
 def by_id(run, values):
@@ -43,8 +32,10 @@ def test_hand_computed_waits_with_head_of_line_blocking():
     assert by_id(run, run.end) == {"a": 10.0, "b": 10.0, "c": 15.0, "d": 18.0}
     summary = summarize(run)
     assert summary.makespan_h == pytest.approx(18 / 3600)
-    # held: 2 instances over [0, 18) except [15, 18) with 1: 2*15 + 3 = 33 of 36
-    assert summary.utilization == pytest.approx(33 / 36)
+    # over the submit span [0, 6) both instances are held throughout
+    assert summary.utilization == pytest.approx(1.0)
+    # over [0, 18): 2 instances except [15, 18) with 1: 2*15 + 3 = 33 of 36
+    assert summarize(run, Window(0, 18, 0)).utilization == pytest.approx(33 / 36)
 
 
 TWO_SHARES = [
@@ -107,6 +98,21 @@ def test_conservation_of_work(busy, checkpoint):
     assert summary.run_gpu_h == pytest.approx(summary.trace_gpu_h + summary.lost_gpu_h)
     # the instance-time held equals the GPU-time of every attempt (1 GPU per instance)
     assert sum(run.used_area.values()) == pytest.approx(summary.run_gpu_h * 3600)
+    # the time kept of each job's attempts adds up to its duration: the rest was lost
+    kept = [0.0] * len(t)
+    for j, lo, hi in run.kept:
+        kept[j] += hi - lo
+    assert kept == pytest.approx(t.duration)
+    # over the whole run, utilization is the instance-time held / pool x makespan
+    whole = summarize(run, Window(t.submit[0], summary.last_end, t.submit[0]))
+    held = sum(run.used_area.values())
+    assert whole.utilization == pytest.approx(held / (24 * (summary.last_end - t.submit[0])))
+    assert whole.useful_utilization == pytest.approx(
+        t.gpu_seconds() / (24 * (summary.last_end - t.submit[0])))  # fmt: skip
+    # every job started; time queued is at least the wait for the first start
+    assert summary.still_waiting == 0
+    assert all(queued >= start - submit - 1e-9 for queued, start, submit
+               in zip(run.queued, run.first_start, t.submit))  # fmt: skip
 
 
 def test_same_seed_same_results_other_seed_differs(busy):
@@ -155,7 +161,7 @@ def test_a_job_too_big_for_a_reserve_share_blocks_it_and_is_reported():
     shares = [{"name": "s", "teams": ["x"], "strategy": "RESERVE", "limit": 2}]
     run = simulate(t, config(shares, 8, raise_to_largest_job=False))
     summary = summarize(run)
-    assert summary.never_finished == 2 and summary.finished == 0
+    assert summary.still_waiting == 2 and summary.finished == 0
     assert "s" in summary.blocked and "QUOTA_MANAGEMENT_LIMIT_EXCEEDED" in summary.blocked["s"]
     # raised to the largest job (the default), the share runs both
     assert summarize(simulate(t, config(shares, 8))).finished == 2
