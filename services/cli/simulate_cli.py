@@ -77,12 +77,15 @@ def simulate(
     span unless --window says otherwise; work outside it is clipped. Waits are given as time
     to first start and total time queued (each wait after a preemption too), p50 and p95; a
     job still waiting when its run ends is counted, and its wait is censored there (a lower
-    bound, marked ≥ where it reaches a percentile).
+    bound, marked ≥ where it reaches a percentile). Warnings on standard error: quotas lifted
+    to a share's largest job (raise_to_largest_job) and whether they oversubscribe the pool,
+    and teams named in a configuration but absent from the trace.
     """
     paths = ([config] if config else []) + list(configs or [])
     _check_usage(paths, config, compare, out, chart, pool)
     job_trace, loaded, measured_over = _load(trace, paths, pool, window)
     runs = _run_all(job_trace, loaded, bool(out), progress)
+    _warn(runs)
     _report(runs, job_trace, measured_over, out, chart, shares, progress)
 
 
@@ -159,6 +162,24 @@ def _run(job_trace, config, record: bool, progress: bool, console: Console):
         )  # fmt: skip
         bar.update(task, completed=total)
     return run
+
+
+def _warn(runs) -> None:
+    """What the set-up decided that the configurations do not say, on standard error."""
+    from quotasched.services.simulate.checks import absent_teams, lifted_quotas
+    from quotasched.services.simulate.render import (absent_line, group_absent, group_lifts,
+                                                     lift_table, oversubscription_line)  # fmt: skip
+
+    console = Console(stderr=True)
+    if not console.is_terminal:
+        console = Console(stderr=True, width=120)
+    groups = group_lifts([lift for lift in map(lifted_quotas, runs) if lift is not None])
+    if groups:
+        console.print(lift_table(groups))
+        for names, lift in groups:
+            _say(console, oversubscription_line(names, lift))
+    for team in group_absent([team for run in runs for team in absent_teams(run)]):
+        _say(console, absent_line(team))
 
 
 def _say(console: Console, line: str) -> None:

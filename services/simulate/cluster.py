@@ -4,13 +4,14 @@
   quota share per configured share, decoded from JSON like any production input;
 - `templates`: the validated submission and SUCCEEDED report whose copies carry each job on
   the engine's hot path;
-- `plan`: each job's share (by team) and each share's limit; a team without a share is an
-  error, not a silent default.
+- `plan`: each job's share (by team), each share's limit and its largest job; a team without
+  a share is an error, not a silent default.
 """
 
 from __future__ import annotations
 
 import json
+from typing import NamedTuple
 
 from quotasched.events import commands as C
 from quotasched.events.codec import decode_command
@@ -62,8 +63,15 @@ def templates(config: SimConfig, limits: dict[str, int],
     return submit, report
 
 
-def plan(trace: Trace, config: SimConfig) -> tuple[list[str], dict[str, int]]:
-    """Each job's share, and each share's limit; a team without a share is an error."""
+class Plan(NamedTuple):
+    share_of_job: list[str]  # each job's share, indexed like the trace
+    limits: dict[str, int]  # each share's limit in instances, as the run uses it
+    largest_job: dict[str, int]  # each share's largest job in instances (shares with jobs)
+
+
+def plan(trace: Trace, config: SimConfig) -> Plan:
+    """Each job's share, each share's limit and largest job; a team without a share is an
+    error."""
     owner = config.share_of_team()
     default = config.default_share
     unmapped = sorted({team for team in trace.team if team not in owner}) if default is None else []
@@ -76,4 +84,4 @@ def plan(trace: Trace, config: SimConfig) -> tuple[list[str], dict[str, int]]:
         need = config.instances(gpus)
         if need > largest.get(share, 0):
             largest[share] = need
-    return share_of_job, config.limits(largest)
+    return Plan(share_of_job, config.limits(largest), largest)

@@ -183,6 +183,14 @@ class SimConfig(_Model):
 
     def limits(self, largest_job: dict[str, int]) -> dict[str, int]:
         """Each share's limit in instances; `largest_job` maps a share to its largest need."""
+        limits = self.configured_limits()
+        if self.raise_to_largest_job:
+            for name, need in largest_job.items():
+                limits[name] = max(limits[name], need)
+        return limits
+
+    def configured_limits(self) -> dict[str, int]:
+        """Each share's limit in instances as configured, before `raise_to_largest_job`."""
         if self.shares[0].limit is not None:
             limits = {share.name: share.limit for share in self.shares}
         else:
@@ -194,9 +202,6 @@ class SimConfig(_Model):
             by_remainder = sorted(exact, key=lambda name: (limits[name] - exact[name], name))
             for name in by_remainder[:max(0, spare)]:
                 limits[name] += 1
-        if self.raise_to_largest_job:
-            for name, need in largest_job.items():
-                limits[name] = max(limits[name], need)
         return limits
 
     def priorities(self, job_type: list[str], gpus: list[int], duration: list[float]) -> list[int]:

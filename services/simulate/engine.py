@@ -50,7 +50,8 @@ class Run:
 
     config: SimConfig
     trace: Trace
-    limits: dict[str, int]
+    limits: dict[str, int]  # as the run used them, after raise_to_largest_job
+    largest_job: dict[str, int]  # share -> its largest job in instances
     share_of_job: list[str]
     priority: list[int]
     horizon: float  # the time of the last event: the run ends there
@@ -85,7 +86,7 @@ def simulate(trace: Trace, config: SimConfig, *, record: bool = False,
     `decode_command` instead, the path production input takes: a run must not change.
     """
     started = clock.perf_counter()
-    share_of_job, limits = plan(trace, config)
+    share_of_job, limits, largest_job = plan(trace, config)
     priority = config.priorities(trace.job_type, trace.gpus, trace.duration)
     state = State()
     log: list[F.Fact] | None = [] if record else None
@@ -95,7 +96,8 @@ def simulate(trace: Trace, config: SimConfig, *, record: bool = False,
     jobs, meter = replay.jobs, replay.meter
     waiting = jobs.close_queues(horizon)
     return Run(
-        config=config, trace=trace, limits=limits, share_of_job=share_of_job, priority=priority, horizon=horizon,
+        config=config, trace=trace, limits=limits, largest_job=largest_job,
+        share_of_job=share_of_job, priority=priority, horizon=horizon,
         first_start=jobs.first_start, end=jobs.end, queued=jobs.queued, waiting_at_end=waiting,
         ran=jobs.ran, lost=jobs.lost, preemptions=jobs.preemptions, failed=jobs.failed,
         kept=jobs.kept, blocked=replay.blocked,

@@ -2,6 +2,7 @@
 
     compare_table(summaries, title)   configurations side by side, one column each
     share_table(summary)              one configuration, one row per share
+    group_lifts, lift_table, oversubscription_line, group_absent, absent_line   the warnings
     chart_html(summaries, series_list)   utilization and p95 wait over time, per configuration
 """
 
@@ -9,9 +10,11 @@ from __future__ import annotations
 
 import html
 import math
+from dataclasses import replace
 
 from rich.table import Table
 
+from quotasched.services.simulate.checks import AbsentTeam, LiftedQuotas
 from quotasched.services.simulate.summary import Series, Summary
 from quotasched.services.simulate.waits import Quantile, Waits
 
@@ -104,6 +107,70 @@ def share_table(summary: Summary) -> Table:
             f"{share.used_gpu_h:,.0f}", f"{share.borrowed_gpu_h:,.0f}",
         )  # fmt: skip
     return table
+
+
+# -- the warnings ----------------------------------------------------------------------------
+
+LIFT_HEADING = ("warning: raise_to_largest_job lifted these quotas to the share's largest job "
+                "(instances); set raise_to_largest_job: false to keep the configured ones "
+                "(a job larger than its share's quota then never starts under RESERVE or "
+                "LEND)")  # fmt: skip
+
+
+def group_lifts(lifted: list[LiftedQuotas]) -> list[tuple[str, LiftedQuotas]]:
+    """Runs that lifted the same quotas on the same pool, as one entry: (their names, one)."""
+    groups: dict[tuple, tuple[list[str], LiftedQuotas]] = {}
+    for run in lifted:
+        key = (run.pool, run.lifted_total,
+               tuple((lift.share, lift.configured, lift.lifted, lift.largest_job)
+                     for lift in run.lifts))  # fmt: skip
+        groups.setdefault(key, ([], run))[0].append(run.config)
+    return [(", ".join(names), run) for names, run in groups.values()]
+
+
+def lift_table(groups: list[tuple[str, LiftedQuotas]]) -> Table:
+    table = Table(title=LIFT_HEADING, title_justify="left")
+    for column in ("configurations", "share", "teams", "configured quota", "lifted quota",
+                   "largest job"):  # fmt: skip
+        numbers = "quota" in column or "job" in column
+        table.add_column(column, justify="right" if numbers else "left")
+    for names, run in groups:
+        for lift in run.lifts:
+            table.add_row(names, lift.share, ",".join(lift.teams), f"{lift.configured:,}",
+                          f"{lift.lifted:,}", f"{lift.largest_job:,}")  # fmt: skip
+    return table
+
+
+def oversubscription_line(names: str, lifted: LiftedQuotas) -> str:
+    total = f"{names}: the quotas total {lifted.lifted_total:,} instances after lifting"
+    if not lifted.oversubscribed_by:
+        return f"{total}, within the pool of {lifted.pool:,}"
+    share = 100 * lifted.oversubscribed_by / lifted.pool
+    return (f"warning: {total}, {lifted.oversubscribed_by:,} more than the pool of "
+            f"{lifted.pool:,}: oversubscribed by {share:.1f} %")  # fmt: skip
+
+
+def group_absent(absent: list[AbsentTeam]) -> list[AbsentTeam]:
+    """The same absence in several runs as one, its `config` naming them all."""
+    groups: dict[AbsentTeam, list[str]] = {}
+    for team in absent:
+        groups.setdefault(replace(team, config=""), []).append(team.config)
+    return [replace(team, config=", ".join(names)) for team, names in groups.items()]
+
+
+def absent_line(absent: AbsentTeam) -> str:
+    head = (f"warning: {absent.config}: team {absent.team} (share {absent.share}, "
+            f"{absent.strategy}) has no job in the trace")  # fmt: skip
+    quota = f"{absent.limit:,} instance{'' if absent.limit == 1 else 's'}"
+    if not absent.share_idle:
+        return f"{head}; the share still serves its other teams"
+    if absent.strategy == "RESERVE":
+        return f"{head}: the share holds its {quota} idle for the whole run (RESERVE lends nothing)"
+    if not absent.borrowers:
+        return (f"{head}: the share holds its {quota} idle for the whole run ({absent.strategy} "
+                "lends, but no other share with jobs borrows)")  # fmt: skip
+    return (f"{head}: the share only lends its {quota} for the whole run (to the "
+            "LEND_AND_BORROW shares)")  # fmt: skip
 
 
 # -- the HTML chart --------------------------------------------------------------------------

@@ -107,8 +107,8 @@ def test_a_bad_trace_exits_2(files):
 
 @pytest.fixture()
 def tiny(tmp_path):
-    """Two teams on 4 instances; share a's quota of 1 is lifted to its 3-GPU job, share g's
-    team never submits."""
+    """Two teams on 4 instances (tests/simulate/test_figures.py works its figures out by hand);
+    share a's quota of 1 is lifted to its 3-GPU job, share g's team never submits."""
     (tmp_path / "t.csv").write_text(
         "job_id,submit_time_s,duration_s,gpus,team,job_type\n"
         "j1,100,10,3,ta,\nj2,102,4,1,tb,\nj3,112,3,1,ta,\n")
@@ -118,6 +118,27 @@ def tiny(tmp_path):
         "  - {name: b, teams: [tb], strategy: RESERVE, limit: 2}\n"
         "  - {name: g, teams: [ghost], strategy: RESERVE, limit: 1}\n")
     return tmp_path
+
+
+def test_lifted_quotas_and_absent_teams_are_warned_about_on_standard_error(tiny):
+    # twin: the same shares under another name, so the same warnings, said once for both
+    (tiny / "twin.yaml").write_text((tiny / "c.yaml").read_text().replace("tiny", "twin"))
+    result = CliRunner().invoke(app, ["simulate", "--trace", str(tiny / "t.csv"), "--compare",
+                                      str(tiny / "c.yaml"), str(tiny / "twin.yaml"),
+                                      "--no-progress"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    errors = result.stderr
+    assert "raise_to_largest_job lifted these quotas" in errors.replace("\n", " ")
+    rows = [line for line in errors.splitlines() if "│ tiny" in line]
+    # configurations, share, teams, configured quota, lifted quota, largest job
+    assert [[cell.strip() for cell in row.split("│")[1:-1]] for row in rows] == [
+        ["tiny, twin", "a", "ta", "1", "3", "3"]]  # fmt: skip
+    # 3 + 2 + 1 = 6 instances of quota on a pool of 4
+    assert ("warning: tiny, twin: the quotas total 6 instances after lifting, 2 more than the "
+            "pool of 4: oversubscribed by 50.0 %") in errors  # fmt: skip
+    assert ("warning: tiny, twin: team ghost (share g, RESERVE) has no job in the trace: the "
+            "share holds its 1 instance idle for the whole run (RESERVE lends nothing)") in errors
+    assert "warning" not in result.stdout
 
 
 def test_window_overrides_the_submit_span_for_every_run_and_says_so(tiny):

@@ -1,6 +1,6 @@
 """The figures a capacity planner reads (issue 22), computed by hand on tiny traces: utilization
-over a window common to every run, and time to first start and total time queued with the
-jobs still waiting at the end censored."""
+over a window common to every run, time to first start and total time queued with the jobs
+still waiting at the end censored, and the warnings about lifted quotas and absent teams."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import math
 import pytest
 
 from quotasched.services.simulate import WindowError, parse_window, simulate, submit_span, summarize
+from quotasched.services.simulate.checks import absent_teams, lifted_quotas
 from quotasched.services.simulate.render import first_start
 from quotasched.services.simulate.waits import Quantile, quantile
 from quotasched.services.simulate.window import span_words, step_area
@@ -168,6 +169,49 @@ def test_a_job_that_never_starts_is_counted_and_its_wait_censored_at_the_end():
 def test_censored_percentiles_are_lower_bounds_only_where_censored_waits_reach_them(
         values, censored, p, expected):  # fmt: skip
     assert quantile(values, censored, p) == expected
+
+
+# -- warnings ---------------------------------------------------------------------------------
+
+
+def test_lifted_quotas_name_each_share_and_the_oversubscription():
+    # a's quota 1 is below its 3-GPU job: lifted to 3; with b's 2 the quotas promise 5 of 4
+    t = trace(("big", 0, 5, 3, "ta"), ("b1", 0, 5, 2, "tb"))
+    run = simulate(t, config([share("a", "RESERVE", 1), share("b", "RESERVE", 2)], 4))
+    lifted = lifted_quotas(run)
+    assert [(x.share, x.configured, x.lifted, x.largest_job) for x in lifted.lifts] == [
+        ("a", 1, 3, 3)]  # fmt: skip
+    assert (lifted.lifted_total, lifted.pool, lifted.oversubscribed_by) == (5, 4, 1)
+    # on 8 instances the same lift fits: 5 of 8
+    roomy = lifted_quotas(simulate(t, config([share("a", "RESERVE", 1),
+                                              share("b", "RESERVE", 2)], 8)))  # fmt: skip
+    assert (roomy.lifted_total, roomy.oversubscribed_by) == (5, 0)
+    kept = config([share("a", "RESERVE", 1), share("b", "RESERVE", 2)], 4,
+                  raise_to_largest_job=False)  # fmt: skip
+    assert lifted_quotas(simulate(t, kept)) is None
+
+
+def test_weighted_quotas_are_lifted_only_where_their_part_of_the_pool_is_below_the_largest_job():
+    # weights 3 : 1 on 8 instances: 6 and 2; b's 3-GPU job lifts it to 3: 9 of 8
+    # on 16: 12 and 4, nothing to lift
+    t = trace(("a1", 0, 5, 1, "ta"), ("b1", 0, 5, 3, "tb"))
+    weighted = [{**share("a", "LEND", 1), "limit": None, "weight": 3},
+                {**share("b", "LEND", 1), "limit": None, "weight": 1}]  # fmt: skip
+    lifted = lifted_quotas(simulate(t, config(weighted, 8)))
+    assert [(x.share, x.configured, x.lifted) for x in lifted.lifts] == [("b", 2, 3)]
+    assert lifted.oversubscribed_by == 1
+    assert lifted_quotas(simulate(t, config(weighted, 16))) is None  # 12 and 4: b fits
+
+
+def test_teams_absent_from_the_trace_are_named_with_what_their_share_does_with_its_quota():
+    t = trace(("a1", 0, 5, 1, "ta"))
+    c = config([share("a", "LEND_AND_BORROW", 2, "ta", "gone"), share("r", "RESERVE", 3),
+                share("l", "LEND", 4)], 9)  # fmt: skip
+    found = {(absent.team, absent.share, absent.limit, absent.share_idle, absent.borrowers)
+             for absent in absent_teams(simulate(t, c))}  # fmt: skip
+    assert found == {("gone", "a", 2, False, False), ("tr", "r", 3, True, True),
+                     ("tl", "l", 4, True, True)}  # fmt: skip
+    assert absent_teams(simulate(t, config([share("a", "RESERVE", 2, "ta")], 2))) == []
 
 
 def test_submit_span_of_a_trace():

@@ -80,8 +80,8 @@ def test_unmapped_teams_are_named_unless_a_default_share_takes_them():
     t = synthetic(40, teams=3, seed=1)
     with pytest.raises(ConfigError, match="trace teams without a share: team2, team3"):
         plan(t, parse_config(base(shares=[{**SHARE, "teams": ["team1"]}])))
-    shares, _ = plan(t, parse_config(base(shares=[{**SHARE, "teams": ["team1"]}], default_share="s")))
-    assert set(shares) == {"s"}
+    planned = plan(t, parse_config(base(shares=[{**SHARE, "teams": ["team1"]}], default_share="s")))
+    assert set(planned.share_of_job) == {"s"}
 
 
 def test_priorities_from_job_type_rule_and_seed():
