@@ -6,7 +6,9 @@ cost linear in the number of jobs).
     .venv/bin/python benchmarks/simulate_bench.py --profile    # cProfile one run, top 25
 
 Per configuration: wall and CPU seconds of the simulation alone (the trace is read once,
-before), jobs/s, commands and facts, and PASS / MISS against 10 s.  Then the linearity
+before), jobs/s, commands and facts, preemptions, the pool's utilization over the trace's
+submit span (the window every configuration is measured over, as `quotasched simulate`
+prints it; not timed), and PASS / MISS against 10 s.  Then the linearity
 check: the first 25 %, 50 % and 100 % of the trace under the same configuration, cost per
 job, and the ratio largest / smallest (<= 1.5 is called linear).  Times are best of
 --reps runs on a machine shared with other work: compare ratios, not last digits.
@@ -25,7 +27,8 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from quotasched.services.simulate import load_config, read_trace, simulate  # noqa: E402
+from quotasched.services.simulate import (load_config, read_trace, simulate,  # noqa: E402
+                                          submit_span, summarize)  # fmt: skip
 
 TARGET_S = 10.0
 
@@ -68,14 +71,18 @@ def main() -> None:
         pstats.Stats(profile).sort_stats("tottime").print_stats(25)
         return
 
-    print(f"\n{'configuration':<14} {'wall s':>7} {'cpu s':>7} {'jobs/s':>8} {'µs/job':>7} "
-          f"{'commands':>9} {'facts':>8} {'preempt':>8}  target < {TARGET_S:.0f} s")  # fmt: skip
+    window = submit_span(trace)
+    print(f"\nutil: utilization of the pool over {window.describe()}")
+    print(f"{'configuration':<14} {'wall s':>7} {'cpu s':>7} {'jobs/s':>8} {'µs/job':>7} "
+          f"{'commands':>9} {'facts':>8} {'preempt':>8} {'util':>7}  "
+          f"target < {TARGET_S:.0f} s")  # fmt: skip
     for config in configs:
         wall, cpu, run = timed(trace, config, args.reps)
         verdict = "PASS" if wall < TARGET_S else "MISS"
+        utilization = summarize(run, window).utilization
         print(f"{config.name:<14} {wall:>7.2f} {cpu:>7.2f} {len(trace) / wall:>8,.0f} "
               f"{wall / len(trace) * 1e6:>7.1f} {run.commands:>9,} {run.fact_count:>8,} "
-              f"{sum(run.preemptions):>8,}  {verdict}")  # fmt: skip
+              f"{sum(run.preemptions):>8,} {100 * utilization:>6.1f}%  {verdict}")  # fmt: skip
 
     linear_path = args.linearity or next((p for p in paths if p.endswith("itp-lend-and-borrow.yaml")),
                                          paths[0])  # fmt: skip
