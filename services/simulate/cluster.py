@@ -1,9 +1,10 @@
 """The simulated cluster and its jobs, as the decision core's inputs.
 
 - `setup_commands`: one service environment, one FIFO scheduling policy, one job queue and a
-  quota share per configured share, decoded from JSON like any production input;
-- `templates`: the validated submission and SUCCEEDED report whose copies carry each job on
-  the engine's hot path;
+  quota share per configured share (with its options beyond AWS, when it has any), decoded
+  from JSON like any production input;
+- `templates`, `tick_template`: the validated submission, SUCCEEDED report and Tick whose
+  copies the engine's hot path sends;
 - `plan`: each job's share (by team), each share's limit and its largest job; a team without
   a share is an error, not a silent default.
 """
@@ -43,6 +44,11 @@ def setup_commands(config: SimConfig, limits: dict[str, int]) -> list[C.Command]
             "preemptionConfiguration": {
                 "inSharePreemption": "ENABLED" if share.in_share_preemption else "DISABLED"},
         })  # fmt: skip
+        if share.options is not None:
+            lines.append({
+                "kind": "SetQuotaShareOptions", "jobQueue": QUEUE, "quotaShareName": share.name,
+                "options": share.options.model_dump(mode="json", by_alias=True, exclude_none=True),
+            })  # fmt: skip
     return [decode_command(json.dumps({"at": 0.0, **line})) for line in lines]
 
 
@@ -61,6 +67,11 @@ def templates(config: SimConfig, limits: dict[str, int],
         "attempt": 1,
     }))  # fmt: skip
     return submit, report
+
+
+def tick_template() -> C.Tick:
+    """A validated Tick whose copies let the core's timers fire in simulated time."""
+    return decode_command(json.dumps({"kind": "Tick", "at": 0.0}))
 
 
 class Plan(NamedTuple):

@@ -9,6 +9,11 @@
     priority: {kind: rule, rules: [{duration_at_most_s: 3600, priority: 5}], default: 1}
     checkpoint_interval_s: 3600        # absent: a preempted job restarts from zero
 
+A share may carry `options` beyond AWS, in the contract's wire names and checked by the
+contract's own model (`QuotaShareOptions`), e.g. `options: {minRuntimeBeforePreemptionSeconds:
+3600, preemptionBudget: {maxPreemptions: 20, windowSeconds: 86400}}`; the run sets them with a
+`SetQuotaShareOptions` right after creating the share.
+
 A share's quota is either `limit` (instances) or `weight`: weighted shares split the pool in
 proportion (largest remainder), and `raise_to_largest_job` (default on) lifts a limit that is
 smaller than the largest job of the share's teams, which would otherwise block the share's
@@ -25,7 +30,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from quotasched.events.base import NAME_PATTERN
-from quotasched.events.values import SharingStrategy
+from quotasched.events.values import QuotaShareOptions, SharingStrategy
 
 MAX_SHARES = 20  # quota shares per job queue (AWS service quota)
 Priority = Annotated[int, Field(ge=0, le=9999)]
@@ -53,6 +58,7 @@ class ShareConfig(_Model):
     weight: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
     borrow_limit: Annotated[int, Field(ge=-1)] | None = None
     in_share_preemption: bool = False
+    options: QuotaShareOptions | None = None  # absent: AWS's semantics, no command is sent
 
     @model_validator(mode="after")
     def _check(self) -> ShareConfig:

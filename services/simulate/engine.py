@@ -6,7 +6,11 @@ instant, so capacity freed at t is seen by a job submitted at t):
 - the trace's submissions, in order: a `SubmitServiceJob`;
 - completions of running attempts, from a heap: a `ReportJobStatus` SUCCEEDED carrying the
   attempt, as an executor sends it (the core accepts SUCCEEDED straight from SCHEDULED, so
-  STARTING and RUNNING add nothing here but commands).
+  STARTING and RUNNING add nothing here but commands);
+- the core's own timers (`earliest_due`): a `Tick` at that time when it comes before both,
+  as the live service publishes one, so that an option beyond AWS lapsing between two trace
+  events (a victim's protection, a budget's window) is acted on when it lapses, not at the
+  next event.  Without options nothing is ever due and no Tick is sent.
 
 Each command goes through `step(state, command, seq)` of `services.scheduler.core`, and the
 loop only reacts to the facts it returns, as an executor does: `JobDispatched` starts an
@@ -33,7 +37,8 @@ from quotasched.events import facts as F
 from quotasched.events.codec import decode_command, encode
 from quotasched.events.values import CapacityUsage, JobStatus, PreemptionOutcome
 from quotasched.services.scheduler.core import State, step
-from quotasched.services.simulate.cluster import QUEUE, plan, setup_commands, templates
+from quotasched.services.scheduler.core.timers import earliest_due
+from quotasched.services.simulate.cluster import QUEUE, plan, setup_commands, templates, tick_template
 from quotasched.services.simulate.config import SimConfig
 from quotasched.services.simulate.trace import Trace
 
@@ -54,7 +59,7 @@ class Run:
     largest_job: dict[str, int]  # share -> its largest job in instances
     share_of_job: list[str]
     priority: list[int]
-    horizon: float  # the time of the last event: the run ends there
+    horizon: float  # the time of the last event that changed anything: the run ends there
     first_start: list[float]  # -1: never dispatched
     end: list[float]  # -1: never finished
     queued: list[float]  # seconds in the queue, each wait after a requeue too, up to the horizon
@@ -216,6 +221,7 @@ _Dispatched, _Preempted, _StatusChanged = F.JobDispatched, F.JobPreempted, F.Job
 _Blocked, _Rejected = F.ShareBlocked, F.CommandRejected
 _REQUEUED = PreemptionOutcome.REQUEUED
 _DONE_OK, _DONE_FAILED = JobStatus.SUCCEEDED, JobStatus.FAILED
+_NEVER = float("inf")
 
 
 class _Replay:
@@ -241,13 +247,14 @@ class _Replay:
         self.meter = _Meter(queue, limits, unit, lenders)
         submit_template, report_template = templates(config, limits, share_of_job)
         self.copy_submit, self.copy_report = submit_template.model_copy, report_template.model_copy
+        self.copy_tick = tick_template().model_copy
         self.next_submit = 0
 
     def run(self, validate: bool, progress: Callable[[float], None] | None) -> float:
         """Every event to the end, each command decided by `step`; the time of the last."""
         state, log, seq, fact_count = self.state, self.log, self.seq, 0
         next_command, react, observe = self._next_command, self._react, self.meter.observe
-        events, now = 0, 0.0
+        events, now, last = 0, 0.0, 0.0
         while (event := next_command()) is not None:
             now, command = event
             if validate:
@@ -255,6 +262,8 @@ class _Replay:
             seq += 1
             facts = step(state, command, seq)
             fact_count += len(facts)
+            if facts or command.kind != "Tick":  # a Tick that changed nothing does not end a run
+                last = now
             touched = react(facts, now)
             if log is not None:
                 log.extend(facts)
@@ -264,17 +273,23 @@ class _Replay:
             if progress is not None and events % PROGRESS_EVERY == 0:
                 progress(now)
         self.seq, self.fact_count = seq, fact_count
-        return now
+        return last
 
     def _next_command(self) -> tuple[float, C.Command] | None:
-        """The next event as a command: a due completion (first at equal times), else the next
-        submission; None when neither is left."""
+        """The next event as a command: a core timer due before anything else, else a due
+        completion (first at equal times), else the next submission; None when none is left."""
         jobs, submit, n = self.jobs, self.submit, self.n
         due, attempt_of, end = jobs.due, jobs.attempt_of, jobs.end
-        while due and (self.next_submit >= n or due[0][0] <= submit[self.next_submit]):
+        while due and (attempt_of[due[0][1]] != due[0][2] or end[due[0][1]] >= 0):
+            heapq.heappop(due)  # the attempt was preempted: its completion never comes
+        timer = earliest_due(self.state)
+        if timer is not None and timer > self.state.time:
+            following = min(due[0][0] if due else _NEVER,
+                            submit[self.next_submit] if self.next_submit < n else _NEVER)  # fmt: skip
+            if timer < following:
+                return timer, self.copy_tick(update={"at": timer})
+        if due and (self.next_submit >= n or due[0][0] <= submit[self.next_submit]):
             now, i, attempt = heapq.heappop(due)
-            if attempt_of[i] != attempt or end[i] >= 0:
-                continue  # the attempt was preempted: its completion never comes
             update = {"at": now, "job_id": self.ids[i], "attempt": attempt}
             return now, self.copy_report(update=update)
         if self.next_submit >= n:

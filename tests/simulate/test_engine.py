@@ -73,11 +73,21 @@ SMALL = [
 RANDOM = {"kind": "random", "values": [0, 1, 5], "seed": 11}
 
 
-@pytest.fixture(scope="module")
-def busy():
-    """300 jobs on a pool small enough that borrowing, reclaim and in-share preemption happen."""
+# options beyond AWS on both borrowers: protections and budgets lapse between trace events
+PROTECTED = {"minRuntimeBeforePreemptionSeconds": 1800,
+             "preemptionBudget": {"maxPreemptions": 2, "windowSeconds": 7200}}  # fmt: skip
+
+
+@pytest.fixture(scope="module", params=[False, True], ids=["aws", "options"])
+def busy(request):
+    """300 jobs on a pool small enough that borrowing, reclaim and in-share preemption happen
+    (with options beyond AWS on the borrowing shares, or without)."""
     t = synthetic(300, teams=3, seed=3)
-    return t, config(SMALL, 24, priority=RANDOM)
+    shares = SMALL
+    if request.param:
+        shares = [{**share, "options": PROTECTED} if share["strategy"] == "LEND_AND_BORROW" else share
+                  for share in SMALL]  # fmt: skip
+    return t, config(shares, 24, priority=RANDOM)
 
 
 @pytest.mark.parametrize("checkpoint", [None, 600])

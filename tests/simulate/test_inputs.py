@@ -45,6 +45,12 @@ def error_of(data: dict) -> str:
     (base(priority={"kind": "constant", "value": 10000}),
      "priority.constant.value: Input should be less than or equal to 9999"),
     (base(checkpoint_interval_s=0), "checkpoint_interval_s: Input should be greater than 0"),
+    (base(shares=[{**SHARE, "options": {"minRuntimeBeforePreemptionSeconds": 0}}]),
+     "shares.0.options.minRuntimeBeforePreemptionSeconds: Input should be greater than or equal to 1"),
+    (base(shares=[{**SHARE, "options": {"preemptionBudget": {"maxPreemptions": 2}}}]),
+     "shares.0.options.preemptionBudget.windowSeconds: Field required"),
+    (base(shares=[{**SHARE, "options": {"minRuntime": 60}}]),
+     "shares.0.options.minRuntime: Extra inputs are not permitted"),
 ])  # fmt: skip
 def test_config_errors_name_the_field(data, expected):
     message = error_of(data)
