@@ -18,6 +18,7 @@ from quotasched.events.values import (
     EnvironmentLimits,
     JobPreemptionConfiguration,
     JobStateTimeLimitAction,
+    QuotaShareOptions,
     QuotaSharePolicy,
     ReportedStatus,
     ResourceSharingConfiguration,
@@ -115,6 +116,19 @@ class DeleteQuotaShare(Command):
     kind: Literal["DeleteQuotaShare"] = "DeleteQuotaShare"
     job_queue: NameOrArn
     quota_share_name: Name
+
+
+class SetQuotaShareOptions(Command):
+    """quotasched's extension, no AWS operation: set a share's options beyond AWS (see
+    `QuotaShareOptions`).  The options given replace the share's options as a whole; an
+    option left out is off, so `{"options": {}}` turns them all off.  `optionsVersion` is the
+    version of the options' shape the sender wrote (1)."""
+
+    kind: Literal["SetQuotaShareOptions"] = "SetQuotaShareOptions"
+    job_queue: NameOrArn
+    quota_share_name: Name
+    options_version: Literal[1] = 1
+    options: QuotaShareOptions
 
 
 class SubmitServiceJob(Command):
@@ -239,6 +253,7 @@ AnyCommand = Annotated[
     | CreateQuotaShare
     | UpdateQuotaShare
     | DeleteQuotaShare
+    | SetQuotaShareOptions
     | SubmitServiceJob
     | UpdateServiceJob
     | TerminateServiceJob
@@ -256,6 +271,7 @@ COMMAND_KINDS = (
     "CreateQuotaShare",
     "UpdateQuotaShare",
     "DeleteQuotaShare",
+    "SetQuotaShareOptions",
     "SubmitServiceJob",
     "UpdateServiceJob",
     "TerminateServiceJob",

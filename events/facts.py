@@ -25,6 +25,7 @@ from quotasched.events.values import (
     JobStatus,
     PreemptionOutcome,
     PreemptionReason,
+    QuotaShareOptions,
     QuotaSharePolicy,
     ReportedStatus,
     ResourceSharingConfiguration,
@@ -115,6 +116,16 @@ class QuotaShareDeleted(Fact):
     kind: Literal["QuotaShareDeleted"] = "QuotaShareDeleted"
     job_queue: str
     quota_share_name: str
+
+
+class QuotaShareOptionsSet(Fact):
+    """The share's options beyond AWS are now exactly `options` (quotasched's extension)."""
+
+    kind: Literal["QuotaShareOptionsSet"] = "QuotaShareOptionsSet"
+    job_queue: str
+    quota_share_name: str
+    options_version: int
+    options: QuotaShareOptions
 
 
 class JobSubmitted(Fact):
@@ -248,6 +259,7 @@ AnyFact = Annotated[
     | QuotaShareCreated
     | QuotaShareUpdated
     | QuotaShareDeleted
+    | QuotaShareOptionsSet
     | JobSubmitted
     | SubmissionDeduplicated
     | JobPriorityUpdated

@@ -49,7 +49,7 @@ def subject_for_command(command: Any, route: tuple[str, str] | None = None) -> s
         return command_subject(kind, queue, share)
     queue = getattr(command, "job_queue", None) or getattr(command, "job_queue_name", None)
     share = getattr(command, "quota_share_name", None) if kind == "SubmitServiceJob" else None
-    if kind in ("CreateQuotaShare", "UpdateQuotaShare", "DeleteQuotaShare"):
+    if kind in ("CreateQuotaShare", "UpdateQuotaShare", "DeleteQuotaShare", "SetQuotaShareOptions"):
         share = command.quota_share_name
     return command_subject(kind, queue, share)
 

@@ -242,3 +242,43 @@ TagValue = Annotated[str, Field(max_length=256)]
 Tags = Annotated[dict[TagKey, TagValue], Field(max_length=50)]
 """AWS's tag limits: at most 50 tags, keys 1-128 characters, values up to 256."""
 ShareName = Name
+
+
+# -- quotasched's options beyond AWS (the SetQuotaShareOptions extension) --------------------
+
+OPTIONS_VERSION = 1
+"""The version of the options' shape; a command names the version it was written for."""
+
+MAX_OPTION_SECONDS = 30 * 86400
+"""The longest protection or budget window an option may set: 30 days."""
+
+
+class PreemptionBudget(Wire):
+    """At most `max_preemptions` of the share's jobs are preempted in any `window_seconds`."""
+
+    max_preemptions: Annotated[int, Field(ge=1, le=1000)]
+    window_seconds: Annotated[int, Field(ge=1, le=MAX_OPTION_SECONDS)]
+
+
+class QuotaShareOptions(Wire):
+    """A share's options beyond AWS Batch quota management, each off when absent (version 1).
+
+    - `minRuntimeBeforePreemptionSeconds`: a dispatched attempt of the share cannot be chosen
+      as a victim (cross-share reclaim or in-share preemption) until that long after its
+      dispatch;
+    - `preemptionBudget`: at most `maxPreemptions` of the share's jobs are preempted within any
+      sliding window of `windowSeconds`.
+    """
+
+    min_runtime_before_preemption_seconds: Annotated[int, Field(ge=1, le=MAX_OPTION_SECONDS)] | None = None
+    preemption_budget: PreemptionBudget | None = None
+
+    def summary(self) -> str:
+        """The options in a few words ("all off" when none is set)."""
+        said = []
+        if self.min_runtime_before_preemption_seconds is not None:
+            said.append(f"no preemption in a job's first {self.min_runtime_before_preemption_seconds} s")
+        budget = self.preemption_budget
+        if budget is not None:
+            said.append(f"at most {budget.max_preemptions} preemptions in any {budget.window_seconds} s")
+        return ", ".join(said) or "all off"

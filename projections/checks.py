@@ -19,7 +19,8 @@ from quotasched.projections.rows import DISPATCHED
 KINDS = (
     "CommandRejected", "ServiceEnvironmentCreated", "ServiceEnvironmentUpdated",
     "SchedulingPolicyCreated", "JobQueueCreated", "JobQueueUpdated", "QuotaShareCreated",
-    "QuotaShareUpdated", "QuotaShareDeleted", "JobSubmitted", "SubmissionDeduplicated",
+    "QuotaShareUpdated", "QuotaShareDeleted", "QuotaShareOptionsSet", "JobSubmitted",
+    "SubmissionDeduplicated",
     "JobPriorityUpdated", "JobDispatched", "JobPreempted", "JobStatusChanged", "ShareBlocked",
     "JobReportIgnored",
 )  # fmt: skip
@@ -54,6 +55,7 @@ REQUIRED = {
     "QuotaShareCreated": (*_SHARE, "capacity_limits", "sharing.strategy", "state"),
     "QuotaShareUpdated": (*_SHARE, "capacity_limits", "sharing.strategy", "state"),
     "QuotaShareDeleted": _SHARE,
+    "QuotaShareOptionsSet": _SHARE,  # options beyond AWS: in `facts`, no table reads them
 }  # fmt: skip
 
 

@@ -109,6 +109,13 @@ class Cluster:
     def update_share(self, name: str, queue: str = "q", **fields: Any) -> list[F.Fact]:
         return self.command("UpdateQuotaShare", jobQueue=queue, quotaShareName=name, **fields)
 
+    def options(self, name: str, queue: str = "q", at: float | None = None,
+                **options: Any) -> list[F.Fact]:  # fmt: skip
+        """SetQuotaShareOptions (beyond AWS): options as wire names, e.g.
+        minRuntimeBeforePreemptionSeconds=600, preemptionBudget={...}; none: all off."""
+        return self.command("SetQuotaShareOptions", jobQueue=queue, quotaShareName=name,
+                            options=options, at=self.at if at is None else at)  # fmt: skip
+
     @classmethod
     def notebook(cls) -> Cluster:
         """Fixture N: SE of 3 ml.g5.xlarge; qs1 LEND_AND_BORROW 1 (borrow 200 %, in-share on),

@@ -40,6 +40,10 @@ What is checked, per command (numbers as in issue 18's brief):
     preemption passes no borrower head that fits by plain dispatch); owners in share order
     (no owner is dispatched while an owner head ranked before it fits by plain dispatch);
  7. stability (ruling 4): after each command no share's head fits by plain dispatch;
+ 9. options beyond AWS (SetQuotaShareOptions, docs/options.md), per victim's share: no
+    victim is preempted before its dispatch + minRuntimeBeforePreemptionSeconds; no more than
+    preemptionBudget.maxPreemptions of a share's jobs are preempted within any window of
+    windowSeconds (counted from when the budget was set); with no option set, nothing changes;
  8. lifecycle: dispatch only from RUNNABLE with attempt + 1, preemption only while
     dispatched with the live attempt and the count/outcome of
     preemptionRetriesBeforeTermination, nothing after SUCCEEDED/FAILED, status changes only
@@ -99,6 +103,9 @@ class Share:
     enabled: bool
     usage: dict[str, int] = field(default_factory=dict)
     runnable: set[str] = field(default_factory=set)  # ids of its RUNNABLE jobs
+    min_runtime: float | None = None  # options beyond AWS (9)
+    budget: tuple[int, float] | None = None
+    preempted_at: list[float] = field(default_factory=list)  # while budgeted
 
     def limit(self, unit: str) -> int:
         return self.limits.get(unit, 0)
@@ -128,6 +135,7 @@ class Job:
     status: str = "RUNNABLE"
     attempt: int = 0
     preempted: int = 0
+    dispatched_at: float | None = None
 
     def key(self) -> tuple[int, int]:
         """Order inside a share (3.3, ruling 8): higher priority, then earlier acceptance."""
@@ -244,6 +252,17 @@ class IndependentChecker:
         share.enabled = fact["state"] == "ENABLED"
 
     _on_QuotaShareUpdated = _on_QuotaShareCreated
+
+    def _on_QuotaShareOptionsSet(self, fact) -> None:
+        share = self.queues[fact["jobQueue"]].shares[fact["quotaShareName"]]
+        options = fact["options"]
+        runtime = options.get("minRuntimeBeforePreemptionSeconds")
+        share.min_runtime = None if runtime is None else float(runtime)
+        budget = options.get("preemptionBudget")
+        share.budget = None if budget is None else (int(budget["maxPreemptions"]),
+                                                    float(budget["windowSeconds"]))  # fmt: skip
+        if budget is None:
+            share.preempted_at = []
 
     def _on_QuotaShareDeleted(self, fact) -> None:
         queue = self.queues[fact["jobQueue"]]
@@ -380,6 +399,7 @@ class IndependentChecker:
         self._check_dispatch(queue, job, fact)
         self._set_status(job, "SCHEDULED")
         job.attempt = int(fact["attempt"])
+        job.dispatched_at = float(fact["at"])
         self._add(job, +1)
 
     # -- 1-3: one dispatch -------------------------------------------------------------------
@@ -565,7 +585,23 @@ class IndependentChecker:
                 self._bad(f"{victim.id} preempted for an unknown reason {reason}")
             if reason != victims[0]["reason"]:
                 self._bad(f"victims of {job.id} preempted for different reasons")
+            self._check_options(victim, float(fact["at"]))
             self._free(victim, fact)
+
+    def _check_options(self, victim: Job, at: float) -> None:
+        """9: the victim's share's options beyond AWS allow this preemption at `at`."""
+        share = victim.share
+        if share.min_runtime is not None and victim.dispatched_at is not None \
+                and at < victim.dispatched_at + share.min_runtime:
+            self._bad(f"{victim.id} preempted at {at}, within {share.name}'s minimum runtime "
+                      f"({share.min_runtime} s from its dispatch at {victim.dispatched_at})")  # fmt: skip
+        if share.budget is not None:
+            most, window = share.budget
+            share.preempted_at.append(at)
+            recent = [t for t in share.preempted_at if t > at - window]
+            if len(recent) > most:
+                self._bad(f"{share.name} had {len(recent)} jobs preempted within {window} s "
+                          f"(up to {at}); its budget allows {most}")  # fmt: skip
 
     def _free(self, victim: Job, fact: dict[str, Any]) -> None:
         """A victim's preemption: its live attempt, counted against its retries (8)."""

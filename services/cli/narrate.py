@@ -48,6 +48,8 @@ def sentence(fact: F.Fact) -> str:
                     f"{fact.preemption_configuration.in_share_preemption.value}, {fact.state.value}")
         case F.QuotaShareDeleted():
             return f"quota share {fact.quota_share_name} deleted"
+        case F.QuotaShareOptionsSet():
+            return f"quota share {fact.quota_share_name} options: {fact.options.summary()}"
         case F.ServiceEnvironmentCreated() | F.ServiceEnvironmentUpdated():
             verb = "created" if isinstance(fact, F.ServiceEnvironmentCreated) else "updated"
             return (f"service environment {fact.service_environment} {verb}: "
@@ -63,3 +65,4 @@ def sentence(fact: F.Fact) -> str:
 
 def _limits(items) -> str:
     return ", ".join(f"{item.max_capacity} x {item.capacity_unit}" for item in items)
+

@@ -7,7 +7,10 @@ from __future__ import annotations
 
 from quotasched.services.scheduler.core import State
 from quotasched.services.scheduler.core.accounting import contribution, within_own_limit
+from quotasched.services.explain.sentences import _time
 from quotasched.services.scheduler.core.entities import Environment, Job, Queue, Share
+from quotasched.services.scheduler.core.preemption import in_share_candidates
+from quotasched.services.scheduler.core.victims import budget_left, protected
 
 
 def _blockers(state: State, environment: Environment, queue: Queue, share: Share, job: Job,
@@ -21,6 +24,7 @@ def _blockers(state: State, environment: Environment, queue: Queue, share: Share
     if not preemption or not reasons:
         return reasons
     reasons.extend(_preemption_blockers(queue, share, job, units))
+    reasons.extend(_option_blockers(queue, share, job, units, state.time))
     return reasons
 
 
@@ -124,3 +128,33 @@ def _pool(queue: Queue, share: Share, unit: str, own_idle: int) -> str:
     free = max(0, slack - own_idle)
     parts.append(f"idle capacity of other shares not lent out yet: {free} {unit}")
     return "; ".join(parts)
+
+
+def _option_blockers(queue: Queue, share: Share, job: Job, units: set[str], now: float) -> list[str]:
+    """The victims the options beyond AWS keep from preemption now, and until when: jobs of
+    other shares over their limits (reclaim) and the share's own lower-priority jobs
+    (in-share preemption), per victims.py."""
+    candidates = [other for name, over in queue.shares.items() if over is not share
+                  and any(over.usage.get(u, 0) > over.limits.get(u, 0) for u in units)
+                  for other in over.dispatched.values()]  # fmt: skip
+    if share.in_share_preemption:
+        candidates += in_share_candidates(share, job)
+    reasons: list[str] = []
+    spent: set[str] = set()
+    for other in candidates:
+        owner = queue.shares[other.share]
+        if protected(owner, other, now):
+            assert other.dispatched_at is not None and owner.min_runtime_s is not None
+            reasons.append(f"{other.job_id} of {owner.name} may not be preempted before "
+                           f"{_time(other.dispatched_at + owner.min_runtime_s)} ({owner.name}'s "
+                           f"minimum runtime before preemption is {owner.min_runtime_s} s, an "
+                           "option beyond AWS)")  # fmt: skip
+        left = budget_left(owner, now)
+        if left is not None and left <= 0 and owner.name not in spent and owner.budget is not None:
+            spent.add(owner.name)
+            most, window = owner.budget
+            counted = sorted(at for at in owner.preempted_at if at > now - window)
+            reasons.append(f"{owner.name} has spent its preemption budget ({most} preemptions "
+                           f"in any {window} s, an option beyond AWS) until "
+                           f"{_time(counted[-most] + window)}")  # fmt: skip
+    return reasons

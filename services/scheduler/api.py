@@ -248,6 +248,10 @@ def _share_detail(queue_name: str, share) -> dict[str, Any]:
         "jobQueueArn": f"{ARN}:job-queue/{queue_name}", "status": "VALID",
         "usage": dict(share.usage),
     })  # fmt: skip
+    if share.options is not None:  # quotasched's options beyond AWS; AWS clients ignore it
+        options = share.options.options.model_dump(mode="json", by_alias=True, exclude_none=True)
+        if options:
+            config["options"] = options
     return config
 
 

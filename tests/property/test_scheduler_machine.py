@@ -143,6 +143,21 @@ class SShare:
     borrow: int | None  # percent of the own limit; None = unlimited (-1)
     in_share: bool
     enabled: bool = True
+    # options beyond AWS (docs/options.md): no victim in its first `min_runtime` seconds; at
+    # most budget[0] victims in any budget[1] seconds (counted while budgeted)
+    min_runtime: int | None = None
+    budget: tuple[int, int] | None = None
+    preempted_at: list[float] = field(default_factory=list)
+
+    def protects(self, job: SJob, now: float) -> bool:
+        return (self.min_runtime is not None and job.dispatched_at is not None
+                and now < job.dispatched_at + self.min_runtime)  # fmt: skip
+
+    def left(self, now: float) -> int | None:
+        """Victims the budget still allows at `now` (None: no budget)."""
+        if self.budget is None:
+            return None
+        return self.budget[0] - sum(1 for at in self.preempted_at if at > now - self.budget[1])
 
     @property
     def lends(self) -> bool:
@@ -257,7 +272,19 @@ class Shadow:
         return any(u in units and use.get((job.share, u), 0) > share.limits.get(u, 0)
                    for u, _ in job.need)  # fmt: skip
 
-    def reclaim_set(self, queue: str, job: SJob) -> tuple[SJob, ...] | None:
+    def within_budgets(self, queue: str, victims: tuple[SJob, ...], now: float) -> bool:
+        """No victim protected, and no budgeted share giving more victims than it has left."""
+        shares = self.queues[queue].shares
+        taken: dict[str, int] = {}
+        for victim in victims:
+            share = shares[victim.share]
+            if share.protects(victim, now):
+                return False
+            taken[victim.share] = taken.get(victim.share, 0) + 1
+        return all(shares[name].left(now) is None or count <= shares[name].left(now)
+                   for name, count in taken.items())  # fmt: skip
+
+    def reclaim_set(self, queue: str, job: SJob, now: float | None = None) -> tuple[SJob, ...] | None:
         """Cross-share victims that would let `job` fit (3.4 rule 4, 3.5, 3.6), if any exist.
 
         Candidates are the dispatched jobs of *other* shares that are over their own limit
@@ -268,6 +295,7 @@ class Shadow:
         when it is a single job (one job straddling its share's limit may push the share below
         it when nothing else frees enough: "accept it when that can't be avoided").  Searched
         exhaustively over the (few) candidates, independently of the implementation's greedy."""
+        now = self.time if now is None else now
         candidates = self.reclaim_candidates(queue, job)
         if not candidates:
             return None
@@ -275,6 +303,8 @@ class Shadow:
         shares = self.queues[queue].shares
         for size in range(1, min(len(candidates), 8) + 1):
             for victims in itertools.combinations(candidates, size):
+                if not self.within_budgets(queue, victims, now):
+                    continue
                 removed = frozenset(v.id for v in victims)
                 if size > 1:
                     use = self.usage(queue, removed)
@@ -292,29 +322,39 @@ class Shadow:
                      if other.queue == queue and other.dispatched and other.share != job.share
                      and self._over(queue, use, other, units))  # fmt: skip
 
-    def in_share_set(self, queue: str, job: SJob) -> tuple[SJob, ...] | None:
-        """Strictly lower-priority jobs of the same share whose preemption lets `job` fit."""
+    def in_share_set(self, queue: str, job: SJob, now: float | None = None) -> tuple[SJob, ...] | None:
+        """Strictly lower-priority jobs of the same share whose preemption lets `job` fit (the
+        eligible ones, as many as the share's budget allows)."""
+        now = self.time if now is None else now
         share = self.queues[queue].shares[job.share]
         if not share.in_share:
             return None
         units = job.units()
         candidates = tuple(other for other in self.jobs.values()
                            if other.queue == queue and other.share == job.share and other.dispatched
-                           and other.prio < job.prio and other.units() & units)  # fmt: skip
+                           and other.prio < job.prio and other.units() & units
+                           and not share.protects(other, now))  # fmt: skip
+        left = share.left(now)
+        if left is not None and left < len(candidates):
+            for size in range(1, max(left, 0) + 1):
+                for victims in itertools.combinations(candidates, size):
+                    if not self.misfit(queue, job.share, job.need, frozenset(v.id for v in victims)):
+                        return victims
+            return None
         if candidates and not self.misfit(queue, job.share, job.need,
                                           frozenset(c.id for c in candidates)):  # fmt: skip
             return candidates
         return None
 
-    def placeable(self, queue: str, job: SJob) -> str | None:
+    def placeable(self, queue: str, job: SJob, now: float | None = None) -> str | None:
         """How `job` (a share head) could be placed now under ruling 7, or None."""
         if not self.misfit(queue, job.share, job.need):
             return "plain dispatch"
         if self.within_own(queue, job):
-            victims = self.reclaim_set(queue, job)
+            victims = self.reclaim_set(queue, job, now)
             if victims:
                 return f"cross-share reclaim (candidates {[v.id for v in victims]})"
-        victims = self.in_share_set(queue, job)
+        victims = self.in_share_set(queue, job, now)
         if victims:
             return f"in-share preemption of {[v.id for v in victims]}"
         return None
@@ -773,6 +813,19 @@ class SchedulerMachine(RuleBasedStateMachine):
                    "resourceSharingConfiguration": _sharing(strategy, borrow),
                    "preemptionConfiguration": {"inSharePreemption": "ENABLED"}}, False)  # fmt: skip
 
+    @rule(q=PICK, s=PICK, runtime=st.sampled_from([None, None, 30, 300, 650]),
+          budget=st.sampled_from([None, None, (1, 300), (2, 650), (1, 2000)]))
+    def set_options(self, q, s, runtime, budget) -> None:
+        """Options beyond AWS on one share (docs/options.md); refused for a deleted share."""
+        queue, share = self.pick_share(q, s)
+        options: dict[str, Any] = {}
+        if runtime is not None:
+            options["minRuntimeBeforePreemptionSeconds"] = runtime
+        if budget is not None:
+            options["preemptionBudget"] = {"maxPreemptions": budget[0], "windowSeconds": budget[1]}
+        self.send({"kind": "SetQuotaShareOptions", "jobQueue": queue, "quotaShareName": share,
+                   "options": options}, share not in self.shadow.queues[queue].shares)  # fmt: skip
+
     @rule(dt=st.sampled_from([0, 1, 30, 300, 650, 2000, -5]))
     def tick(self, dt) -> None:
         if dt < 0:  # a late command: its logical time is clamped (ruling 9)
@@ -899,6 +952,19 @@ class Checker:
                 share.in_share, share.enabled)  # fmt: skip
         if got != want:
             _fail("rules", f"share {share.name} recorded {got}, the commands say {want}")
+
+    def on_QuotaShareOptionsSet(self, fact) -> None:
+        self._direct(fact)
+        options = self.command["options"]
+        share = self.shadow.queues[fact.job_queue].shares[fact.quota_share_name]
+        share.min_runtime = options.get("minRuntimeBeforePreemptionSeconds")
+        budget = options.get("preemptionBudget")
+        share.budget = None if budget is None else (budget["maxPreemptions"], budget["windowSeconds"])
+        if budget is None:
+            share.preempted_at = []
+        got = fact.options.model_dump(by_alias=True, exclude_none=True)
+        if got != options:
+            _fail("rules", f"options recorded {got}, the command set {options}")
 
     def on_QuotaShareDeleted(self, fact) -> None:
         self._direct(fact)
@@ -1043,9 +1109,12 @@ class Checker:
         if "rules" in ACTIVE:
             self._check_dispatch(fact, job, preempted, victims, removed)
         if "order" in ACTIVE:
-            self._check_order(job, victims, preempted)
+            self._check_order(job, victims, preempted, fact.at)
         # fold the victims, then the dispatch
         for p, victim in zip(preempted, victims):
+            owner = shadow.queues[victim.queue].shares[victim.share]
+            if owner.budget is not None:
+                owner.preempted_at.append(p.at)
             victim.pcount = p.preempted_attempt_count
             victim.status = "RUNNABLE" if p.outcome.value == "REQUEUED" else "FAILED"
             victim.reason = victim.since = None
@@ -1099,6 +1168,9 @@ class Checker:
                 _fail("rules", f"victim set {[v.id for v in victims]} for {job.id} is not minimal: "
                       f"{victim.id} was not needed (ruling 6)")  # fmt: skip
         reclaimable = shadow.reclaim_candidates(queue, job)
+        if not shadow.within_budgets(queue, tuple(victims), fact.at):
+            _fail("rules", f"victims {[v.id for v in victims]} of {job.id} at {fact.at}: one is "
+                  "protected by its minimum runtime or a share's preemption budget is exceeded")  # fmt: skip
         for p, victim in zip(preempted, victims):
             if p.preemptor_job_id != job.id or p.job_queue != queue or p.quota_share_name != victim.share:
                 _fail("rules", f"JobPreempted {encode(p)} does not name its preemptor/share")
@@ -1119,9 +1191,10 @@ class Checker:
         if reason == "CROSS_SHARE_RECLAIM" and not shadow.within_own(queue, job):
             _fail("rules", f"{job.id} needs to borrow but triggered cross-share reclaim (3.4 rule 4)")
 
-    def _check_order(self, job: SJob, victims: list[SJob], preempted) -> None:
+    def _check_order(self, job: SJob, victims: list[SJob], preempted, now: float) -> None:
         """Ruling 7: owners first (share order of 3.3), then borrowers FIFO, then borrowers'
-        in-share preemption; checked against every other share head at this moment."""
+        in-share preemption; checked against every other share head at this moment (`now`,
+        the dispatch's time: the options beyond AWS make victims eligible by time)."""
         shadow = self.shadow
         queue = job.queue
         if not shadow.envs[shadow.queues[queue].env].enabled:
@@ -1130,7 +1203,7 @@ class Checker:
         owner = shadow.within_own(queue, job)
         in_share = bool(preempted) and preempted[0].reason.value == "IN_SHARE_PRIORITY"
         if owner and in_share:
-            victims_ = shadow.reclaim_set(queue, job)
+            victims_ = shadow.reclaim_set(queue, job, now)
             if victims_:
                 _fail("order", f"{job.id} preempted in-share although cross-share reclaim "
                       f"(candidates {[v.id for v in victims_]}) was possible (ruling 7a)")  # fmt: skip
@@ -1141,13 +1214,13 @@ class Checker:
             other_owner = shadow.within_own(queue, head)
             if owner:
                 if other_owner and shadow.share_key(queue, share, head) < key:
-                    how = shadow.placeable(queue, head)
+                    how = shadow.placeable(queue, head, now)
                     if how:
                         _fail("order", f"{job.id} of {job.share} placed before {head.id} of {share}, "
                               f"which comes first in share order (3.3) and could be placed by {how}")  # fmt: skip
                 continue
             if other_owner:
-                how = shadow.placeable(queue, head)
+                how = shadow.placeable(queue, head, now)
                 if how:
                     _fail("order", f"borrower {job.id} placed while owner {head.id} of {share} could be "
                           f"placed by {how} (ruling 7: owners first)")  # fmt: skip
@@ -1155,7 +1228,7 @@ class Checker:
             if (head.seq < job.seq or in_share) and not shadow.misfit(queue, share, head.need):
                 _fail("order", f"borrower {job.id} (#{job.seq}) placed while borrower {head.id} "
                       f"(#{head.seq}) fits by plain dispatch (ruling 7b, FIFO)")  # fmt: skip
-            if in_share and head.seq < job.seq and shadow.in_share_set(queue, head):
+            if in_share and head.seq < job.seq and shadow.in_share_set(queue, head, now):
                 _fail("order", f"borrower {job.id} preempted in-share before earlier borrower {head.id} could (ruling 7c)")
 
 

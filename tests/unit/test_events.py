@@ -72,6 +72,10 @@ VALID: dict[str, dict[str, Any]] = {
     "DeleteQuotaShare": {
         "at": 0, "kind": "DeleteQuotaShare", "jobQueue": "q", "quotaShareName": "qs1",
     },
+    "SetQuotaShareOptions": {
+        "at": 0, "kind": "SetQuotaShareOptions", "jobQueue": "q", "quotaShareName": "qs1",
+        "options": {},
+    },
     "SubmitServiceJob": {
         "at": 1, "kind": "SubmitServiceJob", "jobName": "train", "jobQueue": "q",
         "quotaShareName": "qs1", "capacityUsage": [USAGE],
@@ -100,6 +104,7 @@ REQUIRED: dict[str, list[str]] = {
     ],
     "UpdateQuotaShare": ["jobQueue", "quotaShareName"],
     "DeleteQuotaShare": ["jobQueue", "quotaShareName"],
+    "SetQuotaShareOptions": ["jobQueue", "quotaShareName", "options"],
     "SubmitServiceJob": ["jobName", "jobQueue", "quotaShareName"],
     "UpdateServiceJob": ["jobId", "schedulingPriority"],
     "TerminateServiceJob": ["jobId", "reason"],
@@ -941,6 +946,9 @@ COMMAND_SAMPLES: list[C.Command] = [
             in_share_preemption=V.InSharePreemption.DISABLED),
     ),
     C.DeleteQuotaShare(at=5, job_queue="q", quota_share_name="qs1"),
+    C.SetQuotaShareOptions(at=5, job_queue="q", quota_share_name="qs1", options=V.QuotaShareOptions(
+        min_runtime_before_preemption_seconds=600,
+        preemption_budget=V.PreemptionBudget(max_preemptions=2, window_seconds=3600))),
     SUBMIT_FULL,
     C.SubmitServiceJob(at=3, job_name="small", job_queue="q", quota_share_name="qs1",
                        capacity_usage=[V.CapacityUsage(capacity_unit=G5, quantity=2)]),
@@ -1010,6 +1018,9 @@ FACT_SAMPLES: list[F.Fact] = [
                                  "exceed quota share capacity limits."),
     F.JobReportIgnored(at=5, command_seq=10, job_id="j-1", attempt=1, status=V.ReportedStatus.RUNNING,
                        status_reason="attempt 1 is not running"),
+    F.QuotaShareOptionsSet(at=4, command_seq=12, job_queue="q", quota_share_name="qs1",
+                           options_version=1, options=V.QuotaShareOptions(
+                               min_runtime_before_preemption_seconds=600)),
 ]  # fmt: skip
 
 FACT_KINDS = sorted(

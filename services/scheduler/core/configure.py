@@ -177,3 +177,13 @@ def _delete_share(round_: Round, command: C.DeleteQuotaShare) -> None:
             cause=StatusCause.SHARE_DELETED, is_terminated=True,
         ))  # fmt: skip
     round_.emit(F.QuotaShareDeleted(**fact_base(round_), **names))
+
+
+@handles(C.SetQuotaShareOptions)
+def _share_options(round_: Round, command: C.SetQuotaShareOptions) -> None:
+    """quotasched's options beyond AWS (victims.py); the share must exist."""
+    _, _, names = existing_share(round_, command.job_queue, command.quota_share_name)
+    round_.emit(F.QuotaShareOptionsSet(
+        **fact_base(round_), **names, options_version=command.options_version,
+        options=command.options,
+    ))  # fmt: skip

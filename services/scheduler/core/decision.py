@@ -65,7 +65,8 @@ def step(state: State, command: C.Command, seq: int, stamp: float | None = None,
     # Every attempt deadline in the heap, stale entries included, is at least its top's, and
     # no blocked head's time limit runs out before `blocked_due`: while both are ahead, no
     # timer can be due.
-    due = (state.blocked and state.blocked_due <= at) or (state.timeouts and state.timeouts[0][0] <= at)
+    due = ((state.blocked and state.blocked_due <= at) or (state.timeouts and state.timeouts[0][0] <= at)
+           or (state.wakes and state.wakes[0][0] <= at))  # fmt: skip
     checked = size > CHECKED_ABOVE_BYTES
     mark = state.savepoint() if due or checked else None
     try:

@@ -114,7 +114,8 @@ class Job:
 class Share:
     __slots__ = (
         "name", "queue", "limits", "strategy", "borrow_limit_percent", "in_share_preemption",
-        "state", "config", "usage", "heap", "dispatched", "waits_on",
+        "state", "config", "usage", "heap", "dispatched", "waits_on", "min_runtime_s",
+        "budget", "preempted_at", "options",
     )  # fmt: skip
 
     def __init__(self, name: str = "", queue: str = ""):
@@ -132,6 +133,11 @@ class Share:
         # While the share is clean (see passes.py): the need of the head that could not be
         # placed; only a change to one of these units can let it through.
         self.waits_on: Need = ()
+        # quotasched's options beyond AWS (SetQuotaShareOptions; None: off).  See victims.py.
+        self.min_runtime_s: int | None = None  # no victim before this long after its dispatch
+        self.budget: tuple[int, int] | None = None  # (most preemptions, window seconds)
+        self.preempted_at: tuple[float, ...] = ()  # its latest preemptions, while budgeted
+        self.options: Any = None  # the QuotaShareOptionsSet fact that set them
 
     def limit(self, unit: str) -> int:
         return self.limits.get(unit, 0)
@@ -150,11 +156,13 @@ class Share:
 
     def snapshot(self) -> tuple:
         return (self.limits, self.strategy, self.borrow_limit_percent, self.in_share_preemption,
-                self.state, self.config, self.usage, self.waits_on)  # fmt: skip
+                self.state, self.config, self.usage, self.waits_on, self.min_runtime_s,
+                self.budget, self.preempted_at, self.options)  # fmt: skip
 
     def restore(self, saved: tuple) -> None:
         (self.limits, self.strategy, self.borrow_limit_percent, self.in_share_preemption,
-         self.state, self.config, self.usage, self.waits_on) = saved  # fmt: skip
+         self.state, self.config, self.usage, self.waits_on, self.min_runtime_s, self.budget,
+         self.preempted_at, self.options) = saved  # fmt: skip
 
     def __getstate__(self) -> tuple:
         return (self.name, self.queue, self.heap, self.dispatched, self.snapshot())

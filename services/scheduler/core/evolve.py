@@ -17,6 +17,7 @@ from collections.abc import Callable
 from quotasched.events import facts as F
 from quotasched.events.values import JobStatus, PreemptionOutcome, StatusCause
 from quotasched.services.scheduler.core.accounting import add_usage, recompute_totals
+from quotasched.services.scheduler.core.victims import MAX_BUDGET
 from quotasched.services.scheduler.core.entities import (
     HISTORY_KEPT,
     Environment,
@@ -123,6 +124,25 @@ def _share(state: State, fact) -> None:
     state.mark_dirty(queue)
 
 
+@_case(F.QuotaShareOptionsSet)
+def _share_options(state: State, fact: F.QuotaShareOptionsSet) -> None:
+    queue = state.queues[fact.job_queue]
+    share = queue.shares[fact.quota_share_name]
+    state.save(share)
+    options = fact.options
+    share.min_runtime_s = options.min_runtime_before_preemption_seconds
+    budget = options.preemption_budget
+    share.budget = None if budget is None else (budget.max_preemptions, budget.window_seconds)
+    if budget is None:
+        share.preempted_at = ()  # kept only while budgeted (victims.py)
+    share.options = fact
+    if share.min_runtime_s is not None:  # its running jobs' protections run out in time
+        for job in share.dispatched.values():
+            if job.dispatched_at is not None and job.dispatched_at + share.min_runtime_s > fact.at:
+                state.push(state.wakes, (job.dispatched_at + share.min_runtime_s, queue.name))
+    state.mark_dirty(queue)  # an option turned off may let a waiting head take victims now
+
+
 @_case(F.QuotaShareDeleted)
 def _share_deleted(state: State, fact: F.QuotaShareDeleted) -> None:
     queue = state.queues[fact.job_queue]
@@ -207,12 +227,20 @@ def _dispatched(state: State, fact: F.JobDispatched) -> None:
     if job.attempt_timeout_s is not None:
         entry = (fact.at + job.attempt_timeout_s, job.job_id, job.attempt)
         state.push(state.timeouts, entry)  # validated when it comes due, like heap entries
+    if share.min_runtime_s is not None:  # it may be a victim from then on (victims.py)
+        state.push(state.wakes, (fact.at + share.min_runtime_s, queue.name))
     state.mark_dirty(queue, share.name)
 
 
 @_case(F.JobPreempted)
 def _preempted(state: State, fact: F.JobPreempted) -> None:
     job = state.jobs[fact.job_id]
+    share = state.queues[job.queue].shares.get(job.share)
+    if share is not None and share.budget is not None:  # counts against its budget (victims.py)
+        window = share.budget[1]
+        state.save(share)
+        share.preempted_at = (*share.preempted_at, fact.at)[-MAX_BUDGET:]  # any budget's count
+        state.push(state.wakes, (fact.at + window, job.queue))
     _release(state, job)
     state.save(job)
     job.preempted_count = fact.preempted_attempt_count

@@ -126,12 +126,12 @@ def _place_one(round_: Round, environment: Environment, queue: Queue, heads) -> 
     for share, head in owners:
         if _fits(environment, queue, share, head):
             return _dispatch(round_, queue, share, head, [], None)
-        victims = reclaim_victims(environment, queue, share, head)
+        victims = reclaim_victims(environment, queue, share, head, round_.at)
         if victims:
             return _dispatch(round_, queue, share, head, victims,
                              PreemptionReason.CROSS_SHARE_RECLAIM)  # fmt: skip
         if share.in_share_preemption:
-            victims = in_share_victims(environment, queue, share, head)
+            victims = in_share_victims(environment, queue, share, head, round_.at)
             if victims:
                 return _dispatch(round_, queue, share, head, victims,
                                  PreemptionReason.IN_SHARE_PRIORITY)  # fmt: skip
@@ -142,7 +142,7 @@ def _place_one(round_: Round, environment: Environment, queue: Queue, heads) -> 
             return _dispatch(round_, queue, share, head, [], None)
     for share, head in borrowers:
         if share.in_share_preemption:
-            victims = in_share_victims(environment, queue, share, head)
+            victims = in_share_victims(environment, queue, share, head, round_.at)
             if victims:
                 return _dispatch(round_, queue, share, head, victims,
                                  PreemptionReason.IN_SHARE_PRIORITY)  # fmt: skip

@@ -44,6 +44,10 @@ class State:
         # No time limit of a `blocked` job runs out before this (a lower bound, kept by evolve
         # and the timers): while it is ahead, the timers need not look at `blocked` at all.
         self.blocked_due = 0.0
+        # When a victim may become eligible again under an option beyond AWS (a protection
+        # runs out, a preemption leaves a budget's window): (time, job queue), a heap.  Pushed
+        # by evolve, popped by the timers, which then look at the queue's waiting heads again.
+        self.wakes: list[tuple[float, str]] = []
         # Never undone by a trial, so an epoch is never handed out twice: a cached admission
         # result can only match the configuration it was computed under.
         self.epochs = 0
@@ -79,11 +83,11 @@ class State:
     # Pickled (snapshots) without the journal: a trial is never in progress in a snapshot.
     def __getstate__(self) -> tuple:
         return (self.environments, self.policies, self.queues, self.jobs, self.client_tokens,
-                self.timeouts, self.blocked, self.epochs, self.snapshot())  # fmt: skip
+                self.timeouts, self.blocked, self.epochs, self.wakes, self.snapshot())  # fmt: skip
 
     def __setstate__(self, saved: tuple) -> None:
         (self.environments, self.policies, self.queues, self.jobs, self.client_tokens,
-         self.timeouts, self.blocked, self.epochs, kept) = saved  # fmt: skip
+         self.timeouts, self.blocked, self.epochs, self.wakes, kept) = saved  # fmt: skip
         self.restore(kept)
         self._journal = None
         self._saved = set()

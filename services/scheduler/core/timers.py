@@ -1,4 +1,5 @@
-"""Timers that fire on logical time: attempt timeouts and job-state time limits.
+"""Timers that fire on logical time: attempt timeouts, job-state time limits, and the moments
+an option beyond AWS lapses (a victim's protection, a preemption budget's window: wakes).
 
 Time enters only through a command's `at`; before a command is handled, every timer that came
 due up to its time fires, in deadline order (then job id), each at its own deadline, followed
@@ -33,6 +34,8 @@ def earliest_due(state: State) -> float | None:
         due = state.timeouts[0][0]
     if state.blocked and (due is None or state.blocked_due < due):
         due = state.blocked_due
+    if state.wakes and (due is None or state.wakes[0][0] < due):
+        due = state.wakes[0][0]
     return due
 
 
@@ -40,6 +43,10 @@ def fire_due(round_: Round, until: float) -> None:
     state = round_.state
     while True:
         due = _next_due(state, until)
+        wake = state.wakes[0][0] if state.wakes and state.wakes[0][0] <= until else None
+        if wake is not None and (due is None or wake < due[0]):
+            _wake(round_, wake)
+            continue
         if due is None:
             return
         deadline, job, reason = due
@@ -54,6 +61,20 @@ def fire_due(round_: Round, until: float) -> None:
                 status_reason=f"Terminated by JobStateTimeLimit action due to reason: {reason}",
             ))  # fmt: skip
         schedule(round_)
+
+
+def _wake(round_: Round, time: float) -> None:
+    """An option beyond AWS lapses at `time` (a protection, a budget's window; victims.py):
+    every head of those job queues is looked at again, at that moment.  A wake that changes
+    nothing emits nothing (what could not be placed before still cannot)."""
+    state = round_.state
+    while state.wakes and state.wakes[0][0] <= time:
+        _, queue_name = state.pop(state.wakes)
+        queue = state.queues.get(queue_name)
+        if queue is not None:
+            state.mark_dirty(queue)
+    round_.at = max(time, state.time)
+    schedule(round_)
 
 
 def attempt_ended(round_: Round, job: Job, reason: str, cause: StatusCause) -> None:

@@ -52,7 +52,9 @@ def canonical_state(state: State) -> dict[str, Any]:
             "idle": queue.idle, "lendable": queue.lendable,
             "shares": {
                 share.name: {"config": _plain(share.config), "usage": share.usage,
-                             "dispatched": sorted(share.dispatched)}
+                             "dispatched": sorted(share.dispatched),
+                             "options": _plain(share.options),
+                             "preemptedAt": list(share.preempted_at)}
                 for share in queue.shares.values()
             },
         }  # fmt: skip
