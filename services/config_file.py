@@ -1,5 +1,6 @@
 """The configuration file: its four sections of the contract's Create* commands, read and
-validated strictly (every problem named by its path in the file), and written back.
+validated strictly (every problem named by its path in the file), and written back.  A quota
+share entry may also carry `options`, quotasched's options beyond AWS (SetQuotaShareOptions).
 
 `load` reads and `parse` validates a file; `from_live` builds the same Configuration from the
 scheduler's read answers; `to_document` and `dump_yaml` give a configuration's file form.
@@ -25,6 +26,7 @@ from quotasched.events.commands import (
     CreateSchedulingPolicy,
     CreateServiceEnvironment,
 )
+from quotasched.events.values import QuotaShareOptions
 
 SECTIONS: dict[str, type[Command]] = {
     "serviceEnvironments": CreateServiceEnvironment,
@@ -58,6 +60,9 @@ class Configuration:
     policies: dict[str, CreateSchedulingPolicy] = field(default_factory=dict)
     queues: dict[str, CreateJobQueue] = field(default_factory=dict)
     shares: dict[ShareKey, CreateQuotaShare] = field(default_factory=dict)
+    # quotasched's options beyond AWS (a share entry's `options`, docs/options.md); a share
+    # without an entry here has every option off
+    options: dict[ShareKey, QuotaShareOptions] = field(default_factory=dict)
 
 
 # -- reading a file --------------------------------------------------------------------------
@@ -88,6 +93,7 @@ def parse(document: Any, source: str = "<configuration>") -> Configuration:
     problems = [f"unknown section {key!r}; expected one of: {', '.join(SECTIONS)}"
                 for key in document if key not in SECTIONS]  # fmt: skip
     parsed: dict[str, list[tuple[str, Command]]] = {}
+    option_sets: dict[ShareKey, QuotaShareOptions] = {}
     for section, model in SECTIONS.items():
         entries = document.get(section)
         if entries is None:
@@ -98,9 +104,15 @@ def parse(document: Any, source: str = "<configuration>") -> Configuration:
         parsed[section] = []
         for index, entry in enumerate(entries):
             where = _where(section, index, entry)
+            options = None
+            if section == "quotaShares" and isinstance(entry, dict) and "options" in entry:
+                entry = dict(entry)
+                options = _validate_options(entry.pop("options"), f"{where}.options", problems)
             command = _validate_entry(model, entry, where, problems)
             if command is not None:
                 parsed[section].append((where, command))
+                if options is not None and isinstance(command, CreateQuotaShare):
+                    option_sets[(command.job_queue, command.quota_share_name)] = options
     config = Configuration()
     _collect(parsed.get("serviceEnvironments", []), config.environments,
              lambda c: c.service_environment_name, "service environment", problems)
@@ -112,7 +124,22 @@ def parse(document: Any, source: str = "<configuration>") -> Configuration:
              lambda c: (c.job_queue, c.quota_share_name), "quota share", problems)  # fmt: skip
     if problems:
         raise ConfigError(source, problems)
+    config.options = {key: options for key, options in option_sets.items()
+                      if options.model_dump(exclude_none=True)}  # fmt: skip
     return config
+
+
+def _validate_options(value: Any, where: str, problems: list[str]) -> QuotaShareOptions | None:
+    """A share's `options` (beyond AWS), validated as SetQuotaShareOptions validates them."""
+    try:
+        return QuotaShareOptions.model_validate_json(json.dumps(value, default=str),
+                                                     by_alias=True, by_name=False)  # fmt: skip
+    except ValidationError as error:
+        for item in error.errors(include_url=False):
+            message = ("is not an option (docs/options.md)" if item["type"] == "extra_forbidden"
+                       else item["msg"].removeprefix("Value error, "))  # fmt: skip
+            problems.append(f"{where}{_path(item['loc'])}: {message}")
+        return None
 
 
 def _where(section: str, index: int, entry: Any) -> str:
@@ -193,7 +220,8 @@ def from_live(environments: Mapping[str, Any], policies: Mapping[str, Any],
                            "priority", "state", "jobStateTimeLimitActions")
                       for item in queues["jobQueues"]],
         "quotaShares": [pick(item, "quotaShareName", "jobQueue", "capacityLimits",
-                             "resourceSharingConfiguration", "preemptionConfiguration", "state")
+                             "resourceSharingConfiguration", "preemptionConfiguration", "state",
+                             "options")
                         for item in shares],
     }  # fmt: skip
     return parse(document, "the live configuration")
@@ -210,8 +238,15 @@ def to_document(config: Configuration) -> dict[str, list[dict[str, Any]]]:
         "serviceEnvironments": [entry(c) for c in config.environments.values()],
         "schedulingPolicies": [entry(c) for c in config.policies.values()],
         "jobQueues": [entry(c) for c in config.queues.values()],
-        "quotaShares": [entry(c) for c in config.shares.values()],
+        "quotaShares": [_with_options(entry(c), config.options.get(key))
+                        for key, c in config.shares.items()],
     }
+
+
+def _with_options(document: dict[str, Any], options: QuotaShareOptions | None) -> dict[str, Any]:
+    if options is not None:
+        document["options"] = options.model_dump(mode="json", by_alias=True, exclude_none=True)
+    return document
 
 
 def dump_yaml(config: Configuration, header: str = "") -> str:

@@ -14,11 +14,12 @@ from quotasched.events.commands import (
     Command,
     CreateQuotaShare,
     DeleteQuotaShare,
+    SetQuotaShareOptions,
     UpdateJobQueue,
     UpdateQuotaShare,
     UpdateServiceEnvironment,
 )
-from quotasched.events.values import State
+from quotasched.events.values import QuotaShareOptions, State
 from quotasched.services.config_aspects import ASPECTS, IMMUTABLE, _show_limits
 from quotasched.services.config_file import Configuration, ShareKey
 
@@ -79,6 +80,8 @@ def plan(desired: Configuration, live: Configuration,
     for key, want in desired.shares.items():
         _diff("quota share", "/".join(key), want, live.shares.get(key),
               partial(UpdateQuotaShare, job_queue=key[0], quota_share_name=key[1]), result)
+        _options(key, desired.options.get(key), live.options.get(key) if key in live.shares else None,
+                 result)  # fmt: skip
     _kept(desired, live, result)
     return result
 
@@ -161,3 +164,15 @@ def _kept(desired: Configuration, live: Configuration, result: Plan) -> None:
         result.kept.append(f"job queue {name}: live, not declared; kept with its quota shares "
                            f"(the contract has no DeleteJobQueue)")  # fmt: skip
     result.kept.sort()
+
+
+def _options(key: ShareKey, want: QuotaShareOptions | None, have: QuotaShareOptions | None,
+             result: Plan) -> None:  # fmt: skip
+    """A share's options beyond AWS: declared as a whole, so a share declared without
+    `options` has them all turned off."""
+    before, after = (options or QuotaShareOptions() for options in (have, want))
+    if before == after:
+        return
+    command = SetQuotaShareOptions(job_queue=key[0], quota_share_name=key[1], options=after)
+    result.changes.append(Change("update", "quota share options", "/".join(key),
+                                 (("options", before.summary(), after.summary()),), (command,)))

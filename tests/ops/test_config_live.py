@@ -132,6 +132,39 @@ def test_updates_deletions_and_a_refused_change(live, tmp_path):
     assert [json.loads(line)["kind"] for line in after] == ["CommandRejected"]
 
 
+def test_options_beyond_aws_are_declared_applied_exported_and_turned_off(live, tmp_path):
+    """A share's `options` (docs/options.md) in the file: applied as SetQuotaShareOptions after
+    the share, exported as declared, idempotent, and turned off when the file drops them."""
+    document = yaml.safe_load(EXAMPLE.read_text())
+    options = {"minRuntimeBeforePreemptionSeconds": 600,
+               "preemptionBudget": {"maxPreemptions": 2, "windowSeconds": 3600}}  # fmt: skip
+    document["quotaShares"][0]["options"] = options
+    declared = write(tmp_path / "options.yaml", document)
+    applied = run(live, "config", "apply", str(declared))
+    assert applied.returncode == 0, applied.stderr
+    assert ("~ update quota share options q/qs1\n      options: all off -> no preemption in a "
+            "job's first 600 s, at most 2 preemptions in any 3600 s") in applied.stdout
+    facts = [json.loads(line) for line in configuration_facts(live)]
+    assert [fact["kind"] for fact in facts][3:5] == ["QuotaShareCreated", "QuotaShareOptionsSet"]
+    assert facts[4]["quotaShareName"] == "qs1" and facts[4]["options"] == options
+    assert "no changes" in run(live, "config", "apply", str(declared)).stdout
+    exported = yaml.safe_load(run(live, "config", "export").stdout)
+    assert exported["quotaShares"][0]["options"] == options
+    assert "options" not in exported["quotaShares"][1]
+
+    del document["quotaShares"][0]["options"]
+    off = run(live, "config", "apply", str(write(tmp_path / "off.yaml", document)))
+    assert off.returncode == 0 and "options: no preemption in a job's first 600 s, at most 2 " \
+        "preemptions in any 3600 s -> all off" in off.stdout, off.stdout
+    last = json.loads(configuration_facts(live)[-1])
+    assert last["kind"] == "QuotaShareOptionsSet" and last["options"] == {
+        "minRuntimeBeforePreemptionSeconds": None, "preemptionBudget": None}
+    bad = document | {"quotaShares": [{**document["quotaShares"][0], "options": {"lendingLimit": 2}}]}
+    refused = run(live, "config", "apply", str(write(tmp_path / "bad.yaml", bad)))
+    assert refused.returncode == 2
+    assert "quotaShares[0] (q/qs1).options.lendingLimit: is not an option" in refused.stderr
+
+
 def test_an_invalid_file_or_no_server_publishes_nothing(tmp_path):
     document = yaml.safe_load(EXAMPLE.read_text())
     document["quotaShares"][1]["capacityLimits"][0]["maxCapacity"] = 0
