@@ -88,3 +88,17 @@ def test_without_options_no_option_is_set_and_no_tick_is_sent():
     assert not [f for f in run.facts if type(f) is F.QuotaShareOptionsSet]
     # 5 set-up commands, 3 submissions, 3 completions (y's first attempt's never comes)
     assert run.commands == 5 + 3 + 3
+
+
+@pytest.mark.parametrize("name, options", [
+    ("itp-all-borrow-protected", {"minRuntimeBeforePreemptionSeconds": 3600}),
+    ("itp-all-borrow-budget", {"preemptionBudget": {"maxPreemptions": 1, "windowSeconds": 86400}}),
+])  # fmt: skip
+def test_the_example_variants_are_all_borrow_with_options_on_every_share(name, options):
+    from quotasched.services.simulate.config import load_config
+
+    variant = load_config(f"examples/simulate/{name}.yaml")
+    base = load_config("examples/simulate/itp-all-borrow.yaml")
+    assert [share.options.model_dump(by_alias=True, exclude_none=True) for share in variant.shares] \
+        == [options] * len(base.shares)
+    assert [share.model_copy(update={"options": None}) for share in variant.shares] == base.shares
