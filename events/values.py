@@ -260,6 +260,14 @@ class PreemptionBudget(Wire):
     window_seconds: Annotated[int, Field(ge=1, le=MAX_OPTION_SECONDS)]
 
 
+LendingLimits = Annotated[
+    list[EnvironmentCapacityLimit],
+    Field(min_length=1, max_length=5),
+    AfterValidator(lambda items: _unique_units(items, "lendingLimits")),
+]
+"""Per unit, the most of a share's idle quota others may borrow (0 to 1,000,000)."""
+
+
 class QuotaShareOptions(Wire):
     """A share's options beyond AWS Batch quota management, each off when absent (version 1).
 
@@ -267,11 +275,14 @@ class QuotaShareOptions(Wire):
       as a victim (cross-share reclaim or in-share preemption) until that long after its
       dispatch;
     - `preemptionBudget`: at most `maxPreemptions` of the share's jobs are preempted within any
-      sliding window of `windowSeconds`.
+      sliding window of `windowSeconds`;
+    - `lendingLimits`: per capacity unit, the most of the share's idle quota that other shares
+      may borrow (Kueue's lendingLimit); a unit not listed lends all its idle quota.
     """
 
     min_runtime_before_preemption_seconds: Annotated[int, Field(ge=1, le=MAX_OPTION_SECONDS)] | None = None
     preemption_budget: PreemptionBudget | None = None
+    lending_limits: LendingLimits | None = None
 
     def summary(self) -> str:
         """The options in a few words ("all off" when none is set)."""
@@ -281,4 +292,6 @@ class QuotaShareOptions(Wire):
         budget = self.preemption_budget
         if budget is not None:
             said.append(f"at most {budget.max_preemptions} preemptions in any {budget.window_seconds} s")
+        for limit in self.lending_limits or ():
+            said.append(f"lends at most {limit.max_capacity} {limit.capacity_unit}")
         return ", ".join(said) or "all off"

@@ -54,6 +54,7 @@ SPEC = json.dumps({
                                 "preemptionRetriesBeforeTermination": "INTEGER"},
     "retryStrategy": {"attempts": "INTEGER"},
     "timeoutConfig": {"attemptDurationSeconds": "INTEGER"}, "clientToken": "VARCHAR",
+    "options": {"lendingLimits": _LIMITS},
 })  # fmt: skip
 
 # The staged range is parsed once, straight into the persisted log; every statement below
@@ -100,6 +101,7 @@ _BATCH_FIELDS = {
     "serviceEnvironment": "environment", "capacityLimits": "capacity_limits", "state": "state",
     "schedulingPolicy": "policy", "priority": "queue_priority",
     "resourceSharingConfiguration": "sharing", "preemptionConfiguration": "preemption",
+    "options": "options",
 }  # fmt: skip
 
 
@@ -127,7 +129,8 @@ READS = {
     "environment_config": _ENVIRONMENT,
     "queue_config": ("JobQueueCreated", "JobQueueUpdated"),
     "share_config": _SHARE_CONFIG,
-    "share_changes": ("JobDispatched", "JobPreempted", "JobStatusChanged", *_SHARE_CONFIG),
+    "share_changes": ("JobDispatched", "JobPreempted", "JobStatusChanged", *_SHARE_CONFIG,
+                      "QuotaShareOptionsSet"),
     "capacity_changes": ("JobQueueCreated", *_ENVIRONMENT),
 }
 
@@ -200,27 +203,41 @@ FROM batch WHERE kind IN ('QuotaShareCreated', 'QuotaShareUpdated', 'QuotaShareD
     # +quantity at a dispatch, -quantity at the end of the attempt, and for a configuration
     # change the new limit of every unit it lists, plus limit 0 for every unit the previous
     # configuration listed and this one does not (a deleted share lists none).
+    # A lending limit (QuotaShareOptionsSet, an option beyond AWS) is `new_cap` (-1: none) for
+    # every unit the share lists and every unit the option names; a share created anew starts
+    # without one.
     "share_changes": f"""
 INSERT INTO share_changes
-SELECT seq, "at", job_queue, quota_share, capacity_unit, quantity, NULL, NULL
+SELECT seq, "at", job_queue, quota_share, capacity_unit, quantity, NULL, NULL, NULL
 FROM allocation_starts WHERE {_IN_RANGE}
 UNION ALL
-SELECT e.seq, e."at", s.job_queue, s.quota_share, s.capacity_unit, -s.quantity, NULL, NULL
+SELECT e.seq, e."at", s.job_queue, s.quota_share, s.capacity_unit, -s.quantity, NULL, NULL, NULL
 FROM allocation_ends e JOIN attempt_starts s ON s.job_id = e.job_id AND s.attempt = e.attempt
 WHERE e.seq > $lo AND e.seq <= $hi
 UNION ALL
-SELECT seq, "at", job_queue, quota_share, u.capacity_unit, 0, u.max_capacity, lends
+SELECT seq, "at", job_queue, quota_share, u.capacity_unit, 0, u.max_capacity, lends,
+       CASE WHEN kind = 'QuotaShareCreated' THEN -1 END
 FROM (SELECT c.*, {_LENDS} AS lends, unnest(c.capacity_limits) AS u
       FROM share_config c WHERE {_IN_RANGE})
 UNION ALL
-SELECT seq, "at", job_queue, quota_share, unit, 0, 0, lends
+SELECT seq, "at", job_queue, quota_share, unit, 0, 0, lends, NULL
 FROM (SELECT c.seq, c."at", c.job_queue, c.quota_share, {_LENDS} AS lends,
           unnest([x.capacity_unit FOR x IN p.capacity_limits
                   IF NOT list_contains([y.capacity_unit FOR y IN c.capacity_limits],
                                        x.capacity_unit)]) AS unit
       FROM share_config c ASOF JOIN share_config p
           ON p.job_queue = c.job_queue AND p.quota_share = c.quota_share AND c.seq > p.seq
-      WHERE c.seq > $lo AND c.seq <= $hi)""",
+      WHERE c.seq > $lo AND c.seq <= $hi)
+UNION ALL
+SELECT seq, "at", job_queue, quota_share, unit, 0, NULL, NULL,
+       coalesce(list_extract([x.maxCapacity FOR x IN caps IF x.capacityUnit = unit], 1), -1)
+FROM (SELECT b.seq, b."at", b.job_queue, b.quota_share,
+             coalesce(b.options.lendingLimits, []) AS caps,
+             unnest(list_distinct([x.capacity_unit FOR x IN p.capacity_limits]
+                                  || [x.capacityUnit FOR x IN coalesce(b.options.lendingLimits, [])])) AS unit
+      FROM batch b ASOF JOIN share_config p
+          ON p.job_queue = b.job_queue AND p.quota_share = b.quota_share AND b.seq > p.seq
+      WHERE b.kind = 'QuotaShareOptionsSet')""",
     # A queue gets its environment's capacity when it is created and whenever the
     # environment's capacity changes (a unit it no longer lists drops to 0).
     "capacity_changes": """

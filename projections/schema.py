@@ -19,7 +19,7 @@ from quotasched.projections.errors import SchemaMismatch
 
 # Views and macros live in the file too: bump this whenever a table, view or macro changes, so
 # an old file is refused (and rebuilt) instead of answering with yesterday's definitions.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 UNIT_LIMIT = "STRUCT(capacity_unit VARCHAR, max_capacity INTEGER)[]"
 
@@ -88,8 +88,8 @@ CREATE TABLE preemptions (
     preempted_attempt_count INTEGER NOT NULL
 );
 
--- Changes of one share's usage (delta) or configuration (new_limit / new_lends; NULL:
--- unchanged) for one unit; share_usage integrates them.
+-- Changes of one share's usage (delta) or configuration (new_limit / new_lends / new_cap;
+-- NULL: unchanged) for one unit; share_usage integrates them.
 CREATE TABLE share_changes (
     seq BIGINT NOT NULL,
     "at" DOUBLE NOT NULL,
@@ -98,7 +98,8 @@ CREATE TABLE share_changes (
     capacity_unit VARCHAR NOT NULL,
     delta INTEGER NOT NULL,
     new_limit INTEGER,
-    new_lends BOOLEAN
+    new_lends BOOLEAN,
+    new_cap INTEGER                   -- lending limit (an option beyond AWS); -1: none
 );
 
 -- A job queue's capacity per unit: its service environment's maxCapacity.

@@ -125,16 +125,19 @@ WITH steps AS (
     SELECT job_queue, quota_share, capacity_unit, seq, "at",
            sum(delta) OVER w AS in_use,
            coalesce(last_value(new_limit IGNORE NULLS) OVER w, 0) AS "limit",
-           coalesce(last_value(new_lends IGNORE NULLS) OVER w, false) AS lends
+           coalesce(last_value(new_lends IGNORE NULLS) OVER w, false) AS lends,
+           coalesce(last_value(new_cap IGNORE NULLS) OVER w, -1) AS cap
     FROM share_changes
     WINDOW w AS (PARTITION BY job_queue, quota_share, capacity_unit ORDER BY seq
                  ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW))
 SELECT job_queue, quota_share, capacity_unit, "at", in_use::INTEGER AS in_use,
        greatest(in_use - "limit", 0)::INTEGER AS borrowed, "limit",
-       CASE WHEN lends THEN greatest("limit" - in_use, 0) ELSE 0 END::INTEGER AS lendable_idle,
+       CASE WHEN NOT lends THEN 0
+            WHEN cap >= 0 THEN least(greatest("limit" - in_use, 0), cap)
+            ELSE greatest("limit" - in_use, 0) END::INTEGER AS lendable_idle,
        lends, seq
 FROM steps
-QUALIFY (in_use, "limit", lends) IS DISTINCT FROM lag((in_use, "limit", lends))
+QUALIFY (in_use, "limit", lends, cap) IS DISTINCT FROM lag((in_use, "limit", lends, cap))
         OVER (PARTITION BY job_queue, quota_share, capacity_unit ORDER BY seq);
 
 CREATE VIEW queue_usage AS

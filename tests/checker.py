@@ -43,7 +43,8 @@ What is checked, per command (numbers as in issue 18's brief):
  9. options beyond AWS (SetQuotaShareOptions, docs/options.md), per victim's share: no
     victim is preempted before its dispatch + minRuntimeBeforePreemptionSeconds; no more than
     preemptionBudget.maxPreemptions of a share's jobs are preempted within any window of
-    windowSeconds (counted from when the budget was set); with no option set, nothing changes;
+    windowSeconds (counted from when the budget was set); a share with lendingLimits backs at
+    most that much of a unit in rule 3's sum; with no option set, nothing changes;
  8. lifecycle: dispatch only from RUNNABLE with attempt + 1, preemption only while
     dispatched with the live attempt and the count/outcome of
     preemptionRetriesBeforeTermination, nothing after SUCCEEDED/FAILED, status changes only
@@ -106,6 +107,7 @@ class Share:
     min_runtime: float | None = None  # options beyond AWS (9)
     budget: tuple[int, float] | None = None
     preempted_at: list[float] = field(default_factory=list)  # while budgeted
+    lending: dict[str, int] = field(default_factory=dict)  # unit -> most of its idle it lends
 
     def limit(self, unit: str) -> int:
         return self.limits.get(unit, 0)
@@ -263,6 +265,8 @@ class IndependentChecker:
                                                     float(budget["windowSeconds"]))  # fmt: skip
         if budget is None:
             share.preempted_at = []
+        share.lending = {item["capacityUnit"]: int(item["maxCapacity"])
+                         for item in options.get("lendingLimits") or []}  # fmt: skip
 
     def _on_QuotaShareDeleted(self, fact) -> None:
         queue = self.queues[fact["jobQueue"]]
@@ -456,7 +460,8 @@ class IndependentChecker:
             limit = share.limit(unit)
             beyond += max(0, used - limit)
             if share.strategy in LENDERS:
-                idle += max(0, limit - used)
+                spare = max(0, limit - used)  # lent, up to its lending limit (9)
+                idle += min(spare, share.lending[unit]) if unit in share.lending else spare
         return beyond - idle
 
     def _fits(self, queue: Queue, job: Job, removed: list[Job] = ()) -> bool:  # type: ignore[assignment]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from quotasched.services.scheduler.core import State
 from quotasched.services.scheduler.core.accounting import contribution, within_own_limit
-from quotasched.services.explain.sentences import _time
+from quotasched.services.explain.sentences import when
 from quotasched.services.scheduler.core.entities import Environment, Job, Queue, Share
 from quotasched.services.scheduler.core.preemption import in_share_candidates
 from quotasched.services.scheduler.core.victims import budget_left, protected
@@ -114,8 +114,10 @@ def _pool(queue: Queue, share: Share, unit: str, own_idle: int) -> str:
             continue
         if other.strategy.lends:
             idle = limit - used
+            lends = contribution(other, unit, used)[1]
+            capped = f" (lends at most {other.lendable(unit)}: its lending limit)" if lends < idle else ""
             lenders.append(f"{other.name} ({other.strategy.value}) uses {used} of its limit "
-                           f"{limit}" + (f", {idle} idle" if idle else ""))  # fmt: skip
+                           f"{limit}" + (f", {idle} idle" if idle else "") + capped)  # fmt: skip
         elif limit:
             reserve.append(other.name)
     slack = queue.idle.get(unit, 0) - queue.borrowed.get(unit, 0)
@@ -146,7 +148,7 @@ def _option_blockers(queue: Queue, share: Share, job: Job, units: set[str], now:
         if protected(owner, other, now):
             assert other.dispatched_at is not None and owner.min_runtime_s is not None
             reasons.append(f"{other.job_id} of {owner.name} may not be preempted before "
-                           f"{_time(other.dispatched_at + owner.min_runtime_s)} ({owner.name}'s "
+                           f"{when(other.dispatched_at + owner.min_runtime_s)} ({owner.name}'s "
                            f"minimum runtime before preemption is {owner.min_runtime_s} s, an "
                            "option beyond AWS)")  # fmt: skip
         left = budget_left(owner, now)
@@ -156,5 +158,5 @@ def _option_blockers(queue: Queue, share: Share, job: Job, units: set[str], now:
             counted = sorted(at for at in owner.preempted_at if at > now - window)
             reasons.append(f"{owner.name} has spent its preemption budget ({most} preemptions "
                            f"in any {window} s, an option beyond AWS) until "
-                           f"{_time(counted[-most] + window)}")  # fmt: skip
+                           f"{when(counted[-most] + window)}")  # fmt: skip
     return reasons

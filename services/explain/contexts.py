@@ -9,6 +9,7 @@ from quotasched.events.values import PreemptionReason
 from quotasched.services.explain.blockers import _blockers
 from quotasched.services.explain.sentences import _time
 from quotasched.services.scheduler.core import State
+from quotasched.services.scheduler.core.accounting import contribution
 from quotasched.services.scheduler.core.entities import Environment, Job, Queue
 from quotasched.services.scheduler.core.ordering import cross_share_victim_order, in_share_victim_order
 
@@ -45,7 +46,7 @@ def _dispatch_context(state: State, fact: F.JobDispatched) -> dict | None:
         after.append(f"{share.name} then uses {used} of its limit {limit} {unit}")
         for other in queue.shares.values():
             if other is not share and other.strategy.lends:
-                spare = max(0, other.limits.get(unit, 0) - other.usage.get(unit, 0))
+                spare = contribution(other, unit, other.usage.get(unit, 0))[1]
                 if spare:
                     idle.append(f"{other.name} {spare} {unit}")
     return {"share": share.name, "usage_after": ", ".join(after), "idle": ", ".join(idle)}

@@ -103,6 +103,11 @@ def _status_sentence(fact: F.JobStatusChanged, job_id: str) -> str:
     return f"{job_id} is {status.value} (attempt {fact.attempt}, {cause}){reason}."
 
 
+def when(at: float) -> str:
+    """An epoch time as an ISO timestamp (UTC); a small logical time (a replay file's) as t=…"""
+    return _time(at) if at >= 1e9 else f"t={_time(at)} s"
+
+
 def _time(at: float | None) -> str:
     """A time in a sentence: an epoch time as an ISO timestamp (UTC, 2026-12-01T17:58:38Z); a
     small logical time (a replay file's) in seconds without float noise: 3, 2.5."""

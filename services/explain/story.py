@@ -12,7 +12,7 @@ from typing import Any
 from quotasched.events import facts as F
 from quotasched.events.values import JobStatus
 from quotasched.services.explain.contexts import _dispatch_context, _preemption_context
-from quotasched.services.explain.sentences import _sentence, _time
+from quotasched.services.explain.sentences import _sentence, _time, when
 from quotasched.services.explain.waiting import _waiting
 from quotasched.services.scheduler.core import State, evolve
 from quotasched.services.scheduler.core.entities import Job
@@ -250,11 +250,6 @@ _PART = re.compile(r"(?<=[.)]) (?=(?:Why|Right before|Candidates|It went|It was|
 
 def _parts(sentence: str) -> list[str]:
     return _PART.split(sentence)
-
-
-def when(at: float) -> str:
-    """An epoch time as an ISO timestamp (UTC); a small logical time (a replay file's) as t=…"""
-    return _time(at) if at >= 1e9 else f"t={_time(at)} s"
 
 
 def duration(seconds: float) -> str:

@@ -10,6 +10,7 @@ from collections import Counter
 from prometheus_client.core import GaugeMetricFamily
 
 from quotasched.events.values import JobStatus
+from quotasched.services.scheduler.core.accounting import contribution
 from quotasched.services.scheduler.core.state import State
 
 SCAN_CHUNK = 5_000  # queued jobs checked between two turns of the writer's event loop
@@ -23,7 +24,9 @@ def share_figures(state: State) -> list[tuple[str, str, str, int, int, int, floa
     lent: borrowing is pooled per queue and unit (the log records how much a job borrowed,
     never from whom), so it is attributed to the lending shares in proportion to their idle
     quota, as the projections' `lent_s` and the report do:
-        lent[s] = max(0, L - U) * min(1, B_q / I_q)   for a LEND or LEND_AND_BORROW share,
+        lent[s] = idle_s * min(1, B_q / I_q)   for a LEND or LEND_AND_BORROW share, idle_s
+                                               its lendable idle (max(0, L - U), capped by a
+                                               lending limit),
                 = 0                                  for a RESERVE share,
     with B_q the queue's borrowed total and I_q its lendable idle total for the unit.  The lent
     amounts of a queue add up to min(B_q, I_q), which is B_q whenever borrowing is backed.
@@ -31,11 +34,10 @@ def share_figures(state: State) -> list[tuple[str, str, str, int, int, int, floa
     rows = []
     for queue in state.queues.values():
         for share in queue.shares.values():
-            lends = share.strategy.lends
             for unit in sorted(share.limits.keys() | share.usage.keys()):
                 limit = share.limits.get(unit, 0)
                 used = share.usage.get(unit, 0)
-                idle = max(0, limit - used) if lends else 0
+                idle = contribution(share, unit, used)[1]  # lending limits included
                 pool_idle = queue.idle.get(unit, 0)
                 pool_borrowed = queue.borrowed.get(unit, 0)
                 lent = idle * min(1.0, pool_borrowed / pool_idle) if idle and pool_idle else 0.0

@@ -26,6 +26,12 @@ async def queues(bus) -> dict[str, Any]:
     return {"jobQueues": [q["jobQueueName"] for q in answer["jobQueues"]]}
 
 
+def _lending_limits(share: dict) -> dict[str, int]:
+    """A share's lending limits (SetQuotaShareOptions), as list-quota-shares answers them."""
+    return {item["capacityUnit"]: int(item["maxCapacity"])
+            for item in (share.get("options") or {}).get("lendingLimits") or ()}  # fmt: skip
+
+
 def _limits(share: dict) -> dict[str, int]:
     return {c["capacityUnit"]: c["maxCapacity"] for c in share.get("capacityLimits") or []}
 
@@ -47,9 +53,11 @@ def share_rows(shares: list[dict]) -> tuple[list[str], list[dict]]:
         for share in shares:
             limit, used = _limits(share).get(unit, 0), int(share.get("usage", {}).get(unit, 0))
             lending = (share.get("resourceSharingConfiguration") or {}).get("strategy") in LENDING
+            idle = max(0, limit - used) if lending else 0
+            cap = _lending_limits(share).get(unit)  # an option beyond AWS caps what it lends
             at[share["quotaShareName"]] = ShareAt(
                 in_use=used, limit=limit, borrowed=max(0, used - limit),
-                lendable_idle=max(0, limit - used) if lending else 0)  # fmt: skip
+                lendable_idle=idle if cap is None else min(idle, cap))  # fmt: skip
         pieces = attribute(Step(0.0, 0.0, 0, at))
         for row in rows:
             name, share = row["quotaShareName"], at[row["quotaShareName"]]

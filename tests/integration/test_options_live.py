@@ -46,7 +46,8 @@ async def test_a_protection_ends_by_the_schedulers_own_tick_and_the_reclaim_happ
         facts = await eventually(reclaimed, 20, what="a2 reclaimed once its protection ended")
     assert not any(f["kind"] == "JobPreempted" for f in early)  # b1 waited
     options = next(f for f in facts if f["kind"] == "QuotaShareOptionsSet")
-    assert options["options"] == {"minRuntimeBeforePreemptionSeconds": 2, "preemptionBudget": None}
+    assert options["options"] == {"minRuntimeBeforePreemptionSeconds": 2, "preemptionBudget": None,
+                                  "lendingLimits": None}
     a1 = next(f for f in facts if f["kind"] == "JobDispatched" and f["jobId"] == "a1")
     a2 = next(f for f in facts if f["kind"] == "JobDispatched" and f["jobId"] == "a2")
     preempted = next(f for f in facts if f["kind"] == "JobPreempted")

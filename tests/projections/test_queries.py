@@ -123,12 +123,12 @@ def test_rollups_are_the_same_bit_for_bit_on_every_run_and_thread_count():
         # Four lending shares of one unit, limit 1 each, whose usage cycles 1, 2, 1, 0 at
         # uneven times: 100k changes, with borrowing (usage 2) and lending all along.
         con.execute("INSERT INTO capacity_changes VALUES (0, 0.0, 'q', 'u', 8)")
-        con.execute("INSERT INTO share_changes SELECT i, 0.0, 'q', 's' || i, 'u', 0, 1, true "
+        con.execute("INSERT INTO share_changes SELECT i, 0.0, 'q', 's' || i, 'u', 0, 1, true, -1 "
                     "FROM range(0, 4) t(i)")  # fmt: skip
         con.execute("""
             INSERT INTO share_changes
             SELECT 10 + i, i * 0.0137 + (hash(i) % 1000) / 1e5, 'q', 's' || (i % 4), 'u',
-                   CASE WHEN (i // 4) % 4 < 2 THEN 1 ELSE -1 END, NULL, NULL
+                   CASE WHEN (i // 4) % 4 < 2 THEN 1 ELSE -1 END, NULL, NULL, NULL
             FROM range(1, 100001) t(i)""")
         con.execute('UPDATE projection_state SET last_at = (SELECT max("at") FROM share_changes)')
         t1 = con.execute("SELECT last_at FROM projection_state").fetchone()[0]

@@ -148,6 +148,14 @@ class SShare:
     min_runtime: int | None = None
     budget: tuple[int, int] | None = None
     preempted_at: list[float] = field(default_factory=list)
+    lending: dict[str, int] = field(default_factory=dict)  # unit -> most of its idle it lends
+
+    def lends_idle(self, unit: str, used: int) -> int:
+        """The idle quota it lends at usage `used`: max(0, L - U), capped by a lending limit."""
+        if not self.lends:
+            return 0
+        idle = max(0, self.limits.get(unit, 0) - used)
+        return min(idle, self.lending[unit]) if unit in self.lending else idle
 
     def protects(self, job: SJob, now: float) -> bool:
         return (self.min_runtime is not None and job.dispatched_at is not None
@@ -230,8 +238,7 @@ class Shadow:
         for share in self.queues[queue].shares.values():
             used, limit = use.get((share.name, unit), 0), share.limits.get(unit, 0)
             borrowed += max(0, used - limit)
-            if share.lends:
-                idle += max(0, limit - used)
+            idle += share.lends_idle(unit, used)
         return borrowed - idle
 
     def misfit(self, queue: str, share_name: str, need, removed: frozenset[str] = frozenset()) -> str | None:
@@ -258,8 +265,8 @@ class Shadow:
                 if ceiling is not None and used + n > limit + ceiling:
                     return (f"{share_name} would use {used + n} {unit}, beyond limit {limit} + "
                             f"borrow ceiling {ceiling}")  # fmt: skip
-            idle_before = max(0, limit - used) if share.lends else 0
-            idle_after = max(0, limit - used - n) if share.lends else 0
+            idle_before = share.lends_idle(unit, used)
+            idle_after = share.lends_idle(unit, used + n)
             before = self.deficit(queue, use, unit)
             after = before + borrowing + idle_before - idle_after
             if after > max(0, before):
@@ -814,8 +821,9 @@ class SchedulerMachine(RuleBasedStateMachine):
                    "preemptionConfiguration": {"inSharePreemption": "ENABLED"}}, False)  # fmt: skip
 
     @rule(q=PICK, s=PICK, runtime=st.sampled_from([None, None, 30, 300, 650]),
-          budget=st.sampled_from([None, None, (1, 300), (2, 650), (1, 2000)]))
-    def set_options(self, q, s, runtime, budget) -> None:
+          budget=st.sampled_from([None, None, (1, 300), (2, 650), (1, 2000)]),
+          lending=st.sampled_from([None, None, 0, 1, 2]))
+    def set_options(self, q, s, runtime, budget, lending) -> None:
         """Options beyond AWS on one share (docs/options.md); refused for a deleted share."""
         queue, share = self.pick_share(q, s)
         options: dict[str, Any] = {}
@@ -823,6 +831,8 @@ class SchedulerMachine(RuleBasedStateMachine):
             options["minRuntimeBeforePreemptionSeconds"] = runtime
         if budget is not None:
             options["preemptionBudget"] = {"maxPreemptions": budget[0], "windowSeconds": budget[1]}
+        if lending is not None:  # on the queue's first unit
+            options["lendingLimits"] = [{"capacityUnit": self.units[queue][0], "maxCapacity": lending}]
         self.send({"kind": "SetQuotaShareOptions", "jobQueue": queue, "quotaShareName": share,
                    "options": options}, share not in self.shadow.queues[queue].shares)  # fmt: skip
 
@@ -962,6 +972,7 @@ class Checker:
         share.budget = None if budget is None else (budget["maxPreemptions"], budget["windowSeconds"])
         if budget is None:
             share.preempted_at = []
+        share.lending = {item["capacityUnit"]: item["maxCapacity"] for item in options.get("lendingLimits", [])}
         got = fact.options.model_dump(by_alias=True, exclude_none=True)
         if got != options:
             _fail("rules", f"options recorded {got}, the command set {options}")
@@ -1037,7 +1048,7 @@ class Checker:
             ceiling = share.ceiling(unit)
             if share.strategy != "LEND_AND_BORROW" or (ceiling is not None and n > limit + ceiling):
                 return False
-            lendable = sum(s.limits.get(unit, 0) for s in queue.shares.values()
+            lendable = sum(s.lends_idle(unit, 0) for s in queue.shares.values()
                            if s.lends and s is not share)  # fmt: skip
             if n - limit > lendable:
                 return False

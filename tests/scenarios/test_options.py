@@ -199,3 +199,84 @@ def test_a_command_file_with_options_replays_to_the_same_facts_twice():
     assert first == [fact.model_dump_json(by_alias=True) for fact in replay_lines(lines)]
     preempted = [json.loads(text) for text in first if '"JobPreempted"' in text]
     assert [(fact["jobId"], fact["at"]) for fact in preempted] == [("lo", 90.0)]
+
+
+# -- lending limits --------------------------------------------------------------------------
+
+
+def lender_and_borrower(cap: int | None) -> Cluster:
+    """Capacity 5; a: LEND_AND_BORROW 1; b: LEND 4, lending at most `cap` (None: no limit)."""
+    c = Cluster()
+    c.environment(g5=5)
+    c.queue()
+    c.share("a", "LEND_AND_BORROW", g5=1)
+    c.share("b", "LEND", g5=4)
+    if cap is not None:
+        c.options("b", lendingLimits=[{"capacityUnit": "ml.g5.xlarge", "maxCapacity": cap}])
+    return c
+
+
+def test_a_lending_limit_caps_what_others_borrow_and_spares_the_lender_a_reclaim():
+    """a submits four 1-instance jobs at t=1: a1 runs on a's own instance and b lends at most 2,
+    so a2 and a3 borrow and a4 waits although b has 4 idle.  b's own b1 and b2 (t=2) then fit
+    with no reclaim: b's idle (3, then 2) still covers the 2 it lends.  Without the limit a
+    borrows 3, and b2 must reclaim a4."""
+    c = lender_and_borrower(2)
+    for name in ("a1", "a2", "a3", "a4"):
+        c.submit(name, "a", at=1)
+    assert c.dispatched() == {"a1", "a2", "a3"}
+    for name in ("b1", "b2"):
+        assert preempted_ids(c.submit(name, "b", at=2)) == []
+    assert c.dispatched() == {"a1", "a2", "a3", "b1", "b2"}
+
+    aws = lender_and_borrower(None)
+    for name in ("a1", "a2", "a3", "a4"):
+        aws.submit(name, "a", at=1)
+    assert aws.dispatched() == {"a1", "a2", "a3", "a4"}
+    aws.submit("b1", "b", at=2)
+    assert preempted_ids(aws.submit("b2", "b", at=2)) == ["a4"]
+
+
+def test_a_job_that_needs_more_than_can_ever_be_lent_blocks_its_share():
+    """a (limit 1) asks for 4 at once: 3 beyond its limit, but b lends at most 2 (spec 3.2:
+    the borrowable pool is the other lenders' lendable quota), so a's head can never fit."""
+    c = lender_and_borrower(2)
+    blocked = only(c.submit("wide", "a", n=4, at=1), F.ShareBlocked)
+    assert blocked.status_reason.endswith("Job requires borrowing that exceeds all configured borrowable capacity.")
+    assert dispatched_ids(lender_and_borrower(3).submit("wide", "a", n=4, at=1)) == ["wide"]
+
+
+def test_lowering_a_lending_limit_preempts_nothing_and_reclaims_only_what_capacity_needs():
+    """a borrows 3 of b's idle; b's limit drops to 1 (t=5): nothing is preempted (a
+    configuration change, ruling 3), and the borrowing is no longer backed.  b1 (t=6) still
+    fits without a reclaim: b's own idle (4, then 3) stays above the 1 it lends, so the unbacked
+    part does not grow (ruling 1 asks no more).  b2 (t=7) finds the environment full (5 of 5)
+    and reclaims one instance, the most recent borrower a4; a keeps borrowing 2 that b, lending
+    1, does not back: as after a lowered limit, it is taken back only as b needs it."""
+    c = lender_and_borrower(None)
+    for name in ("a1", "a2", "a3", "a4"):
+        c.submit(name, "a", at=1)
+    lowered = c.options("b", at=5, lendingLimits=[{"capacityUnit": "ml.g5.xlarge", "maxCapacity": 1}])
+    assert kinds(lowered) == ["QuotaShareOptionsSet"]
+    assert preempted_ids(c.submit("b1", "b", at=6)) == []
+    facts = c.submit("b2", "b", at=7)
+    assert preempted_ids(facts) == ["a4"] and dispatch_of(facts, "b2").at == 7
+
+
+def test_explain_names_the_option_that_holds_a_job_back():
+    from quotasched.services.explain import explain, render
+
+    c = lend_pair()
+    c.options("a", minRuntimeBeforePreemptionSeconds=600)
+    c.submit("a1", "a", at=10)
+    c.submit("a2", "a", at=10)
+    c.submit("b1", "b", at=100)
+    told = render(explain(iter(c.facts), "b1"), "b1")
+    assert ("a2 of a may not be preempted before t=610 s (a's minimum runtime before "
+            "preemption is 600 s, an option beyond AWS)") in told
+
+    capped = lender_and_borrower(2)
+    for name in ("a1", "a2", "a3", "a4"):
+        capped.submit(name, "a", at=1)
+    told = render(explain(iter(capped.facts), "a4"), "a4")
+    assert "b (LEND) uses 0 of its limit 4, 4 idle (lends at most 2: its lending limit)" in told

@@ -102,3 +102,13 @@ def test_the_example_variants_are_all_borrow_with_options_on_every_share(name, o
     assert [share.options.model_dump(by_alias=True, exclude_none=True) for share in variant.shares] \
         == [options] * len(base.shares)
     assert [share.model_copy(update={"options": None}) for share in variant.shares] == base.shares
+
+
+def test_a_lender_that_lends_nothing_spares_its_jobs_the_reclaim_and_the_borrower_waits():
+    """b lends at most 0 of its idle instance (lendingLimits): y cannot borrow it and waits for
+    a's own instance (x ends at 1000); z runs on b at 10 with nothing to reclaim."""
+    lender = {**LENDER, "options": {"lendingLimits": [{"capacityUnit": "ml.g5.xlarge", "maxCapacity": 0}]}}
+    run = simulate(trace(*RECLAIM), config([BORROWER, lender], 2), record=True)
+    assert preemptions(run) == []
+    assert by_id(run, run.first_start) == {"x": 0.0, "y": 1000.0, "z": 10.0}
+    assert summarize(run).lost_gpu_h == 0

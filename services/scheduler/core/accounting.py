@@ -7,7 +7,8 @@ For a share s and a capacity unit t (all counts are instances):
     Bor[s,t] borrowed = max(0, U - L): what the share uses beyond its own limit.  After a limit
              was lowered this counts as borrowed whatever the strategy, which is what makes it
              reclaimable (spec 3.4 rule 6).
-    idle[s,t] lendable idle = max(0, L - U) for LEND and LEND_AND_BORROW shares, 0 for RESERVE.
+    idle[s,t] lendable idle = max(0, L - U) for LEND and LEND_AND_BORROW shares, 0 for RESERVE;
+             with a lending limit K (an option beyond AWS), min(K, max(0, L - U)).
     ceiling  how far past L a LEND_AND_BORROW share may go: L * borrowLimit / 100 rounded down,
              None (unlimited) for borrowLimit -1, 0 for RESERVE and LEND.
 
@@ -32,11 +33,19 @@ from quotasched.services.scheduler.core.state import State
 
 
 def contribution(share: Share, unit: str, used: int) -> tuple[int, int]:
-    """(borrowed, lendable idle) of one share for one unit at a given usage."""
+    """(borrowed, lendable idle) of one share for one unit at a given usage; a lending limit
+    (an option beyond AWS) caps the idle quota it lends."""
     limit = share.limits.get(unit, 0)
     if used > limit:
         return used - limit, 0
-    return 0, (limit - used) if share.strategy.lends else 0
+    if not share.strategy.lends:
+        return 0, 0
+    idle = limit - used
+    if share.lending is not None:
+        cap = share.lending.get(unit)
+        if cap is not None and idle > cap:
+            return 0, cap
+    return 0, idle
 
 
 def add_usage(state: State, queue: Queue, share: Share, need: Need, sign: int) -> None:
@@ -73,7 +82,7 @@ def recompute_totals(state: State, queue: Queue) -> None:
             borrowed[unit] = borrowed.get(unit, 0) + bor
             idle[unit] = idle.get(unit, 0) + spare
             if share.strategy.lends:
-                lendable[unit] = lendable.get(unit, 0) + share.limits.get(unit, 0)
+                lendable[unit] = lendable.get(unit, 0) + share.lendable(unit)
     queue.usage, queue.borrowed, queue.idle, queue.lendable = usage, borrowed, idle, lendable
     listing: dict[str, list[str]] = {}
     for share in queue.shares.values():

@@ -50,9 +50,10 @@ def blocked_reason(environment: Environment, queue: Queue, share: Share, need: N
         # it borrowable (spec 3.7).
         if unit not in share.limits or (ceiling is not None and quantity > limit + ceiling):
             return BlockedReason.QUOTA_MANAGEMENT_LIMIT_EXCEEDED, LIMIT_AND_BORROW_EXCEEDED
-        # The borrowable pool is the other lending shares' configured limits (spec 3.2 row 4);
-        # a LEND_AND_BORROW share is itself a lender, so its own limit is taken out.
-        others = queue.lendable.get(unit, 0) - limit
+        # The borrowable pool is the other lending shares' configured limits (spec 3.2 row 4),
+        # each capped by its lending limit; a LEND_AND_BORROW share is itself a lender, so
+        # what it lends is taken out.
+        others = queue.lendable.get(unit, 0) - share.lendable(unit)
         if quantity - limit > others:
             return BlockedReason.QUOTA_MANAGEMENT_LIMIT_EXCEEDED, BORROWABLE_EXCEEDED
     return None

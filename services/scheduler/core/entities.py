@@ -115,7 +115,7 @@ class Share:
     __slots__ = (
         "name", "queue", "limits", "strategy", "borrow_limit_percent", "in_share_preemption",
         "state", "config", "usage", "heap", "dispatched", "waits_on", "min_runtime_s",
-        "budget", "preempted_at", "options",
+        "budget", "preempted_at", "lending", "options",
     )  # fmt: skip
 
     def __init__(self, name: str = "", queue: str = ""):
@@ -137,6 +137,7 @@ class Share:
         self.min_runtime_s: int | None = None  # no victim before this long after its dispatch
         self.budget: tuple[int, int] | None = None  # (most preemptions, window seconds)
         self.preempted_at: tuple[float, ...] = ()  # its latest preemptions, while budgeted
+        self.lending: dict[str, int] | None = None  # unit -> most of its idle quota it lends
         self.options: Any = None  # the QuotaShareOptionsSet fact that set them
 
     def limit(self, unit: str) -> int:
@@ -144,6 +145,15 @@ class Share:
 
     def used(self, unit: str) -> int:
         return self.usage.get(unit, 0)
+
+    def lendable(self, unit: str) -> int:
+        """What others may ever borrow of its quota of `unit`: its limit when it lends, capped
+        by its lending limit (an option beyond AWS); 0 for RESERVE."""
+        if not self.strategy.lends:
+            return 0
+        limit = self.limits.get(unit, 0)
+        cap = None if self.lending is None else self.lending.get(unit)
+        return limit if cap is None or cap > limit else cap
 
     def borrow_ceiling(self, unit: str) -> int | None:
         """Most a share may use beyond its own limit for `unit`; None is unlimited.
@@ -157,12 +167,12 @@ class Share:
     def snapshot(self) -> tuple:
         return (self.limits, self.strategy, self.borrow_limit_percent, self.in_share_preemption,
                 self.state, self.config, self.usage, self.waits_on, self.min_runtime_s,
-                self.budget, self.preempted_at, self.options)  # fmt: skip
+                self.budget, self.preempted_at, self.lending, self.options)  # fmt: skip
 
     def restore(self, saved: tuple) -> None:
         (self.limits, self.strategy, self.borrow_limit_percent, self.in_share_preemption,
          self.state, self.config, self.usage, self.waits_on, self.min_runtime_s, self.budget,
-         self.preempted_at, self.options) = saved  # fmt: skip
+         self.preempted_at, self.lending, self.options) = saved  # fmt: skip
 
     def __getstate__(self) -> tuple:
         return (self.name, self.queue, self.heap, self.dispatched, self.snapshot())

@@ -135,7 +135,11 @@ def _share_options(state: State, fact: F.QuotaShareOptionsSet) -> None:
     share.budget = None if budget is None else (budget.max_preemptions, budget.window_seconds)
     if budget is None:
         share.preempted_at = ()  # kept only while budgeted (victims.py)
+    lending = options.lending_limits
+    share.lending = None if lending is None else {item.capacity_unit: item.max_capacity for item in lending}
     share.options = fact
+    recompute_totals(state, queue)  # what it lends changed the queue's lendable idle
+    state.new_epoch(queue)  # and what can ever be borrowed (admission)
     if share.min_runtime_s is not None:  # its running jobs' protections run out in time
         for job in share.dispatched.values():
             if job.dispatched_at is not None and job.dispatched_at + share.min_runtime_s > fact.at:
