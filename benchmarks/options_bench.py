@@ -1,16 +1,23 @@
 """Options beyond AWS on the ITP trace (issue 22 section 3): does a minimum runtime before
-preemption or a preemption budget cut the work lost to preemption without costing wait?
+preemption, a preemption budget or partial lending cut the work lost to preemption without
+costing wait?
 
     .venv/bin/python benchmarks/options_bench.py                  # the table of docs/simulate.md
     .venv/bin/python benchmarks/options_bench.py --pool 1715      # one pool size
     .venv/bin/python benchmarks/options_bench.py --baseline mix   # the mix instead
     .venv/bin/python benchmarks/options_bench.py --jobs 1         # one process
+    .venv/bin/python benchmarks/options_bench.py --variant "lend at most half"  # with the baseline
 
 The baseline under AWS's semantics: every share LEND_AND_BORROW with unlimited borrowing (the
 most preemption of the examples at 60 % of peak); `--baseline mix` takes the mix (3 big teams
 borrow 100 % with in-share preemption) instead or as well.  Each variant sets the same options on every share (options act on the share
 whose jobs would be victims, so on RESERVE and LEND shares they change nothing); the example
 configs examples/simulate/itp-all-borrow-*.yaml are the all-borrow variants at 1,715 GPUs.
+"lend at most half" is per share: each share's lendingLimits maxCapacity is half its quota,
+rounded down, where the quota is the limit the run uses (weights split the pool, then
+raise_to_largest_job), so the bench computes it from `plan` at each pool size
+(itp-all-borrow-lend-half.yaml holds the values at 1,715 GPUs only).  Unlike the other
+options it acts on the lender, so under `--baseline mix` it also caps the LEND shares.
 Per run: utilization over the trace's submit span (the window common to every run), time to
 first start p50 / p95, total time queued p95, preemptions, jobs preempted, the most
 preemptions of one job, GPU-hours lost, and lost GPU-hours and first-start p95 against the
@@ -33,12 +40,14 @@ sys.path.insert(0, ROOT)
 
 from quotasched.events.values import QuotaShareOptions  # noqa: E402
 from quotasched.services.simulate import load_config, read_trace, simulate, submit_span, summarize  # noqa: E402
+from quotasched.services.simulate.cluster import plan  # noqa: E402
 
 PEAK_GPUS = 2859  # the ITP trace's peak offered demand
 POOLS = (1144, 1715, 2287, 2859)  # 40 % (the mean demand: a stress point), 60, 80, 100 % of peak
 BASELINES = {"all borrow": "itp-all-borrow.yaml", "mix": "itp-lend-and-borrow.yaml"}
 HOUR, DAY = 3600, 86400
-VARIANTS: dict[str, dict | None] = {
+LEND_HALF = "lend half"  # per share: computed from the planned limits, see lend_half
+VARIANTS: dict[str, dict | str | None] = {
     "AWS (baseline)": None,
     "min runtime 10 min": {"minRuntimeBeforePreemptionSeconds": 600},
     "min runtime 1 h": {"minRuntimeBeforePreemptionSeconds": HOUR},
@@ -47,7 +56,19 @@ VARIANTS: dict[str, dict | None] = {
     "budget 1 / day": {"preemptionBudget": {"maxPreemptions": 1, "windowSeconds": DAY}},
     "min 1 h + budget 2 / day": {"minRuntimeBeforePreemptionSeconds": HOUR,
                                  "preemptionBudget": {"maxPreemptions": 2, "windowSeconds": DAY}},
+    "lend at most half": LEND_HALF,
 }  # fmt: skip
+
+
+def lend_half(config, trace):
+    """`config` with each share lending at most half its quota (the limit the run uses at this
+    pool, after raise_to_largest_job), rounded down."""
+    limits = plan(trace, config).limits
+    unit = config.environment.instance_type
+    return config.model_copy(update={"shares": [share.model_copy(update={
+        "options": QuotaShareOptions.model_validate(
+            {"lendingLimits": [{"capacityUnit": unit, "maxCapacity": limits[share.name] // 2}]})})
+        for share in config.shares]})  # fmt: skip
 
 
 class Result(NamedTuple):
@@ -78,11 +99,14 @@ def run_one(baseline: str, variant: str, pool: int, trace_path: str) -> Result:
     started = time.process_time()
     config = load_config(os.path.join(ROOT, "examples", "simulate", BASELINES[baseline]))
     options = VARIANTS[variant]
-    if options is not None:
+    config = config.with_pool(pool)
+    if options == LEND_HALF:
+        config = lend_half(config, _trace)
+    elif options is not None:
         checked = QuotaShareOptions.model_validate(options)
         config = config.model_copy(update={
             "shares": [share.model_copy(update={"options": checked}) for share in config.shares]})
-    run = simulate(_trace, config.with_pool(pool))
+    run = simulate(_trace, config)
     summary = summarize(run, submit_span(_trace))
     waits = summary.waits
     return Result(

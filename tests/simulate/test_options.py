@@ -104,6 +104,23 @@ def test_the_example_variants_are_all_borrow_with_options_on_every_share(name, o
     assert [share.model_copy(update={"options": None}) for share in variant.shares] == base.shares
 
 
+def test_the_lend_half_example_is_all_borrow_lending_half_of_each_planned_quota():
+    # Per share, so not the parametrized check above: each cap is half the limit the run uses
+    # at the example's pool (after raise_to_largest_job), rounded down, as the bench computes it.
+    from quotasched.services.simulate import read_trace
+    from quotasched.services.simulate.cluster import plan
+    from quotasched.services.simulate.config import load_config
+
+    variant = load_config("examples/simulate/itp-all-borrow-lend-half.yaml")
+    base = load_config("examples/simulate/itp-all-borrow.yaml")
+    limits = plan(read_trace("traces/itp_2021_jobs.csv"), base).limits
+    half = [{"lendingLimits": [{"capacityUnit": "ml.g5.xlarge", "maxCapacity": limits[name] // 2}]}
+            for name in (share.name for share in base.shares)]  # fmt: skip
+    assert [share.options.model_dump(by_alias=True, exclude_none=True) for share in variant.shares] \
+        == half
+    assert [share.model_copy(update={"options": None}) for share in variant.shares] == base.shares
+
+
 def test_a_lender_that_lends_nothing_spares_its_jobs_the_reclaim_and_the_borrower_waits():
     """b lends at most 0 of its idle instance (lendingLimits): y cannot borrow it and waits for
     a's own instance (x ends at 1000); z runs on b at 10 with nothing to reclaim."""
