@@ -75,9 +75,9 @@ async def fleet_bucket(js, storage: str = "file"):
 async def claims_of(nats_url: str, job_id: str) -> list[tuple[int, dict[str, Any]]]:
     """The claims of a job's attempts, (attempt, {host, gpus} or {host, none}), in attempt
     order: where each attempt ran (for `quotasched logs` on the wrong host)."""
-    import nats
+    from quotasched.services.bus import connect
 
-    nc = await nats.connect(nats_url, connect_timeout=5, max_reconnect_attempts=0)
+    nc = await connect(nats_url, "quotasched-logs", timeout=5.0)  # the role's credentials, TLS
     try:
         kv = await nc.jetstream().key_value(FLEET_BUCKET)
         found = []
