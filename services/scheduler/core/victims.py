@@ -45,47 +45,45 @@ def budget_left(share: Share, now: float) -> int | None:
 
 
 class Allowance:
-    """The budgets of one victim search: how many victims each budgeted share has left."""
+    """The budgets of one victim search: what each budgeted share allows at `now` (counted
+    once per share), and how many of its jobs the search has taken so far."""
 
-    __slots__ = ("now", "left")
+    __slots__ = ("now", "start", "taken")
 
     def __init__(self, now: float):
         self.now = now
-        self.left: dict[str, int] = {}
+        self.start: dict[str, int] = {}
+        self.taken: dict[str, int] = {}
+
+    def _allowed(self, share: Share) -> int:
+        allowed = self.start.get(share.name)
+        if allowed is None:
+            left = budget_left(share, self.now)
+            assert left is not None
+            allowed = self.start[share.name] = left
+        return allowed
 
     def eligible(self, share: Share, job: Job) -> bool:
         """May `job` (of `share`) be taken as one more victim?"""
         if protected(share, job, self.now):
             return False
-        if share.budget is None:
-            return True
-        left = self.left.get(share.name)
-        if left is None:
-            left = budget_left(share, self.now)
-            assert left is not None
-        return left > 0
+        return share.budget is None or self.taken.get(share.name, 0) < self._allowed(share)
 
     def within(self, victims: list[Job], shares: dict[str, Share]) -> bool:
-        """Do `victims` together stay within every budget (from what is left now)?"""
-        taken: dict[str, int] = {}
+        """Do `victims` together stay within every budget (from what it allows now)?"""
+        counts: dict[str, int] = {}
         for job in victims:
-            taken[job.share] = taken.get(job.share, 0) + 1
-        for name, count in taken.items():
-            left = budget_left(shares[name], self.now)
-            if left is not None and count > left:
-                return False
-        return True
+            counts[job.share] = counts.get(job.share, 0) + 1
+        return all(shares[name].budget is None or count <= self._allowed(shares[name])
+                   for name, count in counts.items())  # fmt: skip
 
     def take(self, share: Share) -> None:
         if share.budget is not None:
-            left = self.left.get(share.name)
-            start = budget_left(share, self.now) if left is None else left
-            assert start is not None
-            self.left[share.name] = start - 1
+            self.taken[share.name] = self.taken.get(share.name, 0) + 1
 
     def give_back(self, share: Share) -> None:
-        if share.name in self.left:
-            self.left[share.name] += 1
+        if share.name in self.taken:
+            self.taken[share.name] -= 1
 
 
 def options_set(share: Share) -> bool:
