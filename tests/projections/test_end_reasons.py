@@ -144,7 +144,7 @@ def test_a_deleted_share_steps_to_zero_and_leaves_the_live_shares(deleted):
         WHERE quota_share = 'doomed' ORDER BY seq""") == [
         (0.0, 0, 0, 1, 1), (10.0, 1, 0, 1, 0), (10.0, 2, 1, 1, 0), (40.0, 1, 0, 1, 0),
         (40.0, 0, 0, 1, 1), (40.0, 0, 0, 0, 0)]
-    assert [r[0] for r in rows(deleted, "SELECT quota_share FROM quota_shares")] == [
+    assert [r[0] for r in rows(deleted, "SELECT quota_share FROM quota_shares ORDER BY created_seq")] == [
         "stay", "other"]
 
 
