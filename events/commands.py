@@ -18,6 +18,7 @@ from quotasched.events.values import (
     EnvironmentLimits,
     JobPreemptionConfiguration,
     JobStateTimeLimitAction,
+    JobQueueOptions,
     QuotaShareOptions,
     QuotaSharePolicy,
     ReportedStatus,
@@ -129,6 +130,18 @@ class SetQuotaShareOptions(Command):
     quota_share_name: Name
     options_version: Literal[1] = 1
     options: QuotaShareOptions
+
+
+class SetJobQueueOptions(Command):
+    """quotasched's extension, no AWS operation: set a job queue's options beyond AWS (see
+    `JobQueueOptions`: fair-share idle assignment and share groups).  The options given
+    replace the queue's options as a whole; `{"options": {}}` turns them all off.
+    `optionsVersion` is the version of the options' shape the sender wrote (1)."""
+
+    kind: Literal["SetJobQueueOptions"] = "SetJobQueueOptions"
+    job_queue: NameOrArn
+    options_version: Literal[1] = 1
+    options: JobQueueOptions
 
 
 class SubmitServiceJob(Command):
@@ -254,6 +267,7 @@ AnyCommand = Annotated[
     | UpdateQuotaShare
     | DeleteQuotaShare
     | SetQuotaShareOptions
+    | SetJobQueueOptions
     | SubmitServiceJob
     | UpdateServiceJob
     | TerminateServiceJob
@@ -272,6 +286,7 @@ COMMAND_KINDS = (
     "UpdateQuotaShare",
     "DeleteQuotaShare",
     "SetQuotaShareOptions",
+    "SetJobQueueOptions",
     "SubmitServiceJob",
     "UpdateServiceJob",
     "TerminateServiceJob",

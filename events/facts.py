@@ -22,6 +22,7 @@ from quotasched.events.values import (
     CapacityLimit,
     JobPreemptionConfiguration,
     JobStateTimeLimitAction,
+    JobQueueOptions,
     JobStatus,
     PreemptionOutcome,
     PreemptionReason,
@@ -126,6 +127,15 @@ class QuotaShareOptionsSet(Fact):
     quota_share_name: str
     options_version: int
     options: QuotaShareOptions
+
+
+class JobQueueOptionsSet(Fact):
+    """The job queue's options beyond AWS are now exactly `options` (quotasched's extension)."""
+
+    kind: Literal["JobQueueOptionsSet"] = "JobQueueOptionsSet"
+    job_queue: str
+    options_version: int
+    options: JobQueueOptions
 
 
 class JobSubmitted(Fact):
@@ -260,6 +270,7 @@ AnyFact = Annotated[
     | QuotaShareUpdated
     | QuotaShareDeleted
     | QuotaShareOptionsSet
+    | JobQueueOptionsSet
     | JobSubmitted
     | SubmissionDeduplicated
     | JobPriorityUpdated

@@ -295,3 +295,117 @@ class QuotaShareOptions(Wire):
         for limit in self.lending_limits or ():
             said.append(f"lends at most {limit.max_capacity} {limit.capacity_unit}")
         return ", ".join(said) or "all off"
+
+
+# -- quotasched's queue options beyond AWS (the SetJobQueueOptions extension) ----------------
+
+QUEUE_OPTIONS_VERSION = 1
+"""The version of the queue options' shape; a command names the version it was written for."""
+
+MAX_WEIGHT = 1000
+MAX_SHARES = 20  # a job queue has at most 20 quota shares (AWS's limit)
+
+
+class IdleAssignment(str, Enum):
+    """How idle lendable capacity goes to borrowers: AWS's FIFO, or quotasched's FAIR_SHARE
+    (an extension: AWS's own IdleResourceAssignmentStrategy has FIFO only)."""
+
+    FIFO = "FIFO"
+    FAIR_SHARE = "FAIR_SHARE"
+
+
+class FairShareWeight(Wire):
+    quota_share_name: Name
+    weight: Annotated[int, Field(ge=1, le=MAX_WEIGHT)]
+
+
+class FairShare(Wire):
+    """FAIR_SHARE's parameters: the half-life of past borrowing, and the shares' weights (a
+    share not listed weighs 1)."""
+
+    half_life_seconds: Annotated[int, Field(ge=1, le=MAX_OPTION_SECONDS)]
+    weights: Annotated[list[FairShareWeight], Field(max_length=MAX_SHARES)] | None = None
+
+    @field_validator("weights")
+    @classmethod
+    def _unique_weights(cls, weights):
+        names = [item.quota_share_name for item in weights or ()]
+        twice = sorted({name for name in names if names.count(name) > 1})
+        if twice:
+            raise ValueError(f"fairShare.weights names quota share {twice[0]} more than once")
+        return weights
+
+
+class ShareGroup(Wire):
+    """A group of the queue's shares (a department): idle capacity of its members goes to its
+    own borrowers before anyone else's, and `maxCapacity`, when given, caps what its members
+    hold together whenever one of them borrows."""
+
+    name: Name
+    quota_share_names: Annotated[list[Name], Field(min_length=1, max_length=MAX_SHARES)]
+    max_capacity: (
+        Annotated[
+            list[EnvironmentCapacityLimit],
+            Field(min_length=1, max_length=5),
+            AfterValidator(lambda items: _unique_units(items, "maxCapacity")),
+        ]
+        | None
+    ) = None
+
+
+class JobQueueOptions(Wire):
+    """A job queue's options beyond AWS Batch quota management, each off when absent
+    (version 1).
+
+    - `idleResourceAssignmentStrategy`: FIFO (AWS's, the default) or FAIR_SHARE, which hands
+      idle capacity to the borrower whose share has the least decayed past borrowing per unit
+      of weight (`fairShare` gives the half-life and the weights; required with FAIR_SHARE);
+    - `shareGroups`: groups of shares that lend inside the group first, with an optional
+      limit on what the group holds when one of its members borrows.
+    """
+
+    idle_resource_assignment_strategy: IdleAssignment = IdleAssignment.FIFO
+    fair_share: FairShare | None = None
+    share_groups: Annotated[list[ShareGroup], Field(min_length=1, max_length=MAX_SHARES)] | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> JobQueueOptions:
+        fair = self.idle_resource_assignment_strategy is IdleAssignment.FAIR_SHARE
+        if fair and self.fair_share is None:
+            raise ValueError("idleResourceAssignmentStrategy FAIR_SHARE needs fairShare (halfLifeSeconds)")
+        if not fair and self.fair_share is not None:
+            raise ValueError("fairShare is given but idleResourceAssignmentStrategy is not FAIR_SHARE")
+        seen: dict[str, str] = {}
+        groups: set[str] = set()
+        for group in self.share_groups or ():
+            if group.name in groups:
+                raise ValueError(f"shareGroups names group {group.name} more than once")
+            groups.add(group.name)
+            for name in group.quota_share_names:
+                if seen.get(name) == group.name:
+                    raise ValueError(f"group {group.name} names quota share {name} more than once")
+                if name in seen:
+                    raise ValueError(
+                        f"quota share {name} is in group {seen[name]} and group {group.name}; "
+                        "a share belongs to at most one group"
+                    )
+                seen[name] = group.name
+        return self
+
+    def share_names(self) -> list[str]:
+        """Every share the options name (weights and groups), in order, once each."""
+        names = [item.quota_share_name for item in self.fair_share.weights or ()] if self.fair_share else []
+        for group in self.share_groups or ():
+            names.extend(group.quota_share_names)
+        return list(dict.fromkeys(names))
+
+    def summary(self) -> str:
+        """The options in a few words ("all off" when none is set)."""
+        said = []
+        if self.fair_share is not None:
+            said.append(f"fair share (half-life {self.fair_share.half_life_seconds} s)")
+        for group in self.share_groups or ():
+            cap = "".join(f", at most {item.max_capacity} {item.capacity_unit}"
+                          for item in group.max_capacity or ())  # fmt: skip
+            said.append(f"group {group.name} ({', '.join(group.quota_share_names)}{cap})")
+        return ", ".join(said) or "all off"

@@ -116,6 +116,13 @@ class Cluster:
         return self.command("SetQuotaShareOptions", jobQueue=queue, quotaShareName=name,
                             options=options, at=self.at if at is None else at)  # fmt: skip
 
+    def queue_options(self, queue: str = "q", at: float | None = None,
+                      **options: Any) -> list[F.Fact]:  # fmt: skip
+        """SetJobQueueOptions (beyond AWS): options as wire names, e.g.
+        idleResourceAssignmentStrategy="FAIR_SHARE", fairShare={...}; none: all off."""
+        return self.command("SetJobQueueOptions", jobQueue=queue, options=options,
+                            at=self.at if at is None else at)  # fmt: skip
+
     @classmethod
     def notebook(cls) -> Cluster:
         """Fixture N: SE of 3 ml.g5.xlarge; qs1 LEND_AND_BORROW 1 (borrow 200 %, in-share on),

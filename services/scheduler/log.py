@@ -30,7 +30,7 @@ from quotasched.services.scheduler.routing import decide_message, fact_subject_o
 # 9: shares keep their options beyond AWS, the state its wake-ups; 8: jobs keep their tags, payload and recent attempts (DescribeServiceJob); 7: whether the last decided command was refused; 6: every state object pickled as a tuple, the same from the interpreted and the compiled
 # core; 5: blocked_due in the state; 4: the last command in the state; 3: jobs pickled as
 # slot tuples; 2: zlib; 1: pickle
-SNAPSHOT_VERSION = 9
+SNAPSHOT_VERSION = 10
 CHUNK_BYTES = 512 * 1024  # object-store chunks: fewer round trips than nats-py's 128 KiB
 ALL_FACTS = "qm.fact.>"
 

@@ -182,7 +182,8 @@ class Scratch:
         2. any part beyond the share's limit is allowed: the share borrows, and stays within
            L + ceiling;
         3. the free lendable pool does not get worse than it is (ruling 1), counting both what
-           the job borrows and the share's own idle capacity it stops lending.
+           the job borrows and the share's own idle capacity it stops lending;
+        4. (`_group_room`) a borrowing share's group stays within the group's limit.
         """
         capacity = self.environment.capacity
         total, overlay = self.total, self.usage
@@ -200,4 +201,17 @@ class Scratch:
             slack_after = slack - borrowing - (idle_before - idle_after)
             if slack_after < 0 and slack_after < slack:
                 return False
+            if borrowing and self.queue.group_limits and not self._group_room(share, unit, quantity):
+                return False
         return True
+
+    def _group_room(self, share: Share, unit: str, quantity: int) -> bool:
+        """4. when it borrows, its share group (an option beyond AWS) stays within its limit."""
+        queue = self.queue
+        group = queue.group_of.get(share.name)
+        cap = None if group is None else queue.group_limits.get(group, {}).get(unit)
+        if group is None or cap is None:
+            return True
+        shares = queue.shares
+        held = sum(self.used(shares[name], unit) for name in queue.groups[group] if name in shares)
+        return held + quantity <= cap

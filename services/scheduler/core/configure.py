@@ -187,3 +187,20 @@ def _share_options(round_: Round, command: C.SetQuotaShareOptions) -> None:
         **fact_base(round_), **names, options_version=command.options_version,
         options=command.options,
     ))  # fmt: skip
+
+
+@handles(C.SetJobQueueOptions)
+def _queue_options(round_: Round, command: C.SetJobQueueOptions) -> None:
+    """quotasched's queue options beyond AWS (fairshare.py); the queue and every share the
+    options name must exist."""
+    queue = round_.state.queues.get(command.job_queue)
+    if queue is None:
+        raise Rejected(f"Job queue {command.job_queue} does not exist", job_queue=command.job_queue)
+    for name in command.options.share_names():
+        if name not in queue.shares:
+            raise Rejected(f"Quota share {name} does not exist in job queue {queue.name}",
+                           job_queue=queue.name, quota_share_name=name)  # fmt: skip
+    round_.emit(F.JobQueueOptionsSet(
+        **fact_base(round_), job_queue=queue.name, options_version=command.options_version,
+        options=command.options,
+    ))  # fmt: skip

@@ -115,7 +115,7 @@ class Share:
     __slots__ = (
         "name", "queue", "limits", "strategy", "borrow_limit_percent", "in_share_preemption",
         "state", "config", "usage", "heap", "dispatched", "waits_on", "min_runtime_s",
-        "budget", "preempted_at", "lending", "options",
+        "budget", "preempted_at", "lending", "options", "charge",
     )  # fmt: skip
 
     def __init__(self, name: str = "", queue: str = ""):
@@ -139,6 +139,9 @@ class Share:
         self.preempted_at: tuple[float, ...] = ()  # its latest preemptions, while budgeted
         self.lending: dict[str, int] | None = None  # unit -> most of its idle quota it lends
         self.options: Any = None  # the QuotaShareOptionsSet fact that set them
+        # Under its queue's FAIR_SHARE (fairshare.py): (period, charge in it, decayed charge of
+        # the periods before, time accrued to); () when its queue assigns idle capacity FIFO.
+        self.charge: tuple = ()
 
     def limit(self, unit: str) -> int:
         return self.limits.get(unit, 0)
@@ -167,12 +170,12 @@ class Share:
     def snapshot(self) -> tuple:
         return (self.limits, self.strategy, self.borrow_limit_percent, self.in_share_preemption,
                 self.state, self.config, self.usage, self.waits_on, self.min_runtime_s,
-                self.budget, self.preempted_at, self.lending, self.options)  # fmt: skip
+                self.budget, self.preempted_at, self.lending, self.options, self.charge)  # fmt: skip
 
     def restore(self, saved: tuple) -> None:
         (self.limits, self.strategy, self.borrow_limit_percent, self.in_share_preemption,
          self.state, self.config, self.usage, self.waits_on, self.min_runtime_s, self.budget,
-         self.preempted_at, self.lending, self.options) = saved  # fmt: skip
+         self.preempted_at, self.lending, self.options, self.charge) = saved  # fmt: skip
 
     def __getstate__(self) -> tuple:
         return (self.name, self.queue, self.heap, self.dispatched, self.snapshot())
@@ -185,7 +188,8 @@ class Share:
 class Queue:
     __slots__ = (
         "name", "environment", "policy", "priority", "state", "time_limits", "config", "shares",
-        "usage", "borrowed", "idle", "lendable", "listing", "dirty", "epoch",
+        "usage", "borrowed", "idle", "lendable", "listing", "dirty", "epoch", "half_life",
+        "weights", "group_of", "groups", "group_limits", "options",
     )  # fmt: skip
 
     def __init__(self, name: str = ""):
@@ -207,16 +211,25 @@ class Queue:
         self.dirty: frozenset[str] = frozenset()
         # Changes whenever anything admission depends on changes (see State.new_epoch).
         self.epoch = 0
+        # quotasched's queue options beyond AWS (SetJobQueueOptions; see fairshare.py):
+        self.half_life: int | None = None  # FAIR_SHARE's half-life; None: FIFO (AWS)
+        self.weights: dict[str, int] = {}  # share -> fair-share weight (1 when not listed)
+        self.group_of: dict[str, str] = {}  # share -> its share group
+        self.groups: dict[str, tuple[str, ...]] = {}  # group -> its shares
+        self.group_limits: dict[str, dict[str, int]] = {}  # group -> unit -> most it holds
+        self.options: Any = None  # the JobQueueOptionsSet fact that set them
 
     def snapshot(self) -> tuple:
         return (self.environment, self.policy, self.priority, self.state, self.time_limits,
                 self.config, self.usage, self.borrowed, self.idle, self.lendable, self.listing,
-                self.dirty, self.epoch)  # fmt: skip
+                self.dirty, self.epoch, self.half_life, self.weights, self.group_of, self.groups,
+                self.group_limits, self.options)  # fmt: skip
 
     def restore(self, saved: tuple) -> None:
         (self.environment, self.policy, self.priority, self.state, self.time_limits, self.config,
          self.usage, self.borrowed, self.idle, self.lendable, self.listing, self.dirty,
-         self.epoch) = saved  # fmt: skip
+         self.epoch, self.half_life, self.weights, self.group_of, self.groups,
+         self.group_limits, self.options) = saved  # fmt: skip
 
     def __getstate__(self) -> tuple:
         return (self.name, self.shares, self.snapshot())

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from quotasched.events import facts as F
 from quotasched.events.values import JobStatus, PreemptionOutcome, StatusCause
 from quotasched.services.scheduler.core.accounting import add_usage, recompute_totals
+from quotasched.services.scheduler.core.fairshare import accrue, fresh
 from quotasched.services.scheduler.core.victims import MAX_BUDGET
 from quotasched.services.scheduler.core.entities import (
     HISTORY_KEPT,
@@ -108,10 +109,16 @@ def _queue(state: State, fact) -> None:
 def _share(state: State, fact) -> None:
     queue = state.queues[fact.job_queue]
     share = queue.shares.get(fact.quota_share_name)
+    created = share is None
     if share is None:
         share = Share(fact.quota_share_name, queue.name)
         state.put(queue.shares, share.name, share)
     state.save(share)
+    if queue.half_life is not None:  # its borrowing may change with its limits (fairshare.py)
+        if created:
+            share.charge = fresh(fact.at, queue.half_life)
+        else:
+            accrue(queue, share, fact.at)
     sharing = fact.resource_sharing_configuration
     share.limits = {item.capacity_unit: item.max_capacity for item in fact.capacity_limits}
     share.strategy = sharing.strategy
@@ -145,6 +152,28 @@ def _share_options(state: State, fact: F.QuotaShareOptionsSet) -> None:
             if job.dispatched_at is not None and job.dispatched_at + share.min_runtime_s > fact.at:
                 state.push(state.wakes, (job.dispatched_at + share.min_runtime_s, queue.name))
     state.mark_dirty(queue)  # an option turned off may let a waiting head take victims now
+
+
+@_case(F.JobQueueOptionsSet)
+def _queue_options(state: State, fact: F.JobQueueOptionsSet) -> None:
+    queue = state.queues[fact.job_queue]
+    state.save(queue)
+    options = fact.options
+    fair = options.fair_share
+    half_life = None if fair is None else fair.half_life_seconds
+    if half_life != queue.half_life:  # charges start at 0 (or stop) with a new half-life
+        for share in queue.shares.values():
+            state.save(share)
+            share.charge = () if half_life is None else fresh(fact.at, half_life)
+    queue.half_life = half_life
+    queue.weights = {} if fair is None else {w.quota_share_name: w.weight for w in fair.weights or ()}
+    groups = options.share_groups or ()
+    queue.groups = {group.name: tuple(group.quota_share_names) for group in groups}
+    queue.group_of = {name: group.name for group in groups for name in group.quota_share_names}
+    queue.group_limits = {group.name: {item.capacity_unit: item.max_capacity for item in group.max_capacity}
+                          for group in groups if group.max_capacity}  # fmt: skip
+    queue.options = fact
+    state.mark_dirty(queue)  # a group limit lifted may let a waiting borrower through
 
 
 @_case(F.QuotaShareDeleted)
@@ -221,6 +250,9 @@ def _dispatched(state: State, fact: F.JobDispatched) -> None:
     job.reason_since = None
     job.history = (*job.history, (fact.attempt, fact.at, None, None, None, False))[-HISTORY_KEPT:]
     state.put(share.dispatched, job.job_id, job)
+    if queue.half_life is not None:
+        state.save(share)
+        accrue(queue, share, fact.at)
     add_usage(state, queue, share, job.need, +1)
     state.drop(state.blocked, job.job_id)
     _start_head_clock(state, queue, share, fact.at)  # the job it leaves behind heads now
@@ -245,7 +277,7 @@ def _preempted(state: State, fact: F.JobPreempted) -> None:
         state.save(share)
         share.preempted_at = (*share.preempted_at, fact.at)[-MAX_BUDGET:]  # any budget's count
         state.push(state.wakes, (fact.at + window, job.queue))
-    _release(state, job)
+    _release(state, job, fact.at)
     state.save(job)
     job.preempted_count = fact.preempted_attempt_count
     reason = f"Preempted by job {fact.preemptor_job_id} ({fact.reason.value})"
@@ -264,7 +296,7 @@ def _preempted(state: State, fact: F.JobPreempted) -> None:
 def _status(state: State, fact: F.JobStatusChanged) -> None:
     job = state.jobs[fact.job_id]
     if job.status.dispatched and not fact.status.dispatched:
-        _release(state, job)
+        _release(state, job, fact.at)
     was_runnable = job.status is JobStatus.RUNNABLE
     state.save(job)
     if job.status.dispatched:
@@ -372,7 +404,7 @@ def _start_head_clock(state: State, queue: Queue, share: Share, at: float) -> No
         state.block(head, queue)  # lowers the timers' bound if this limit comes first
 
 
-def _release(state: State, job: Job) -> None:
+def _release(state: State, job: Job, at: float) -> None:
     """A dispatched job stops holding capacity.
 
     Its own share is marked (its head may be waiting for exactly this), and so is every clean
@@ -386,6 +418,9 @@ def _release(state: State, job: Job) -> None:
     if share is None:
         return
     state.drop(share.dispatched, job.job_id)
+    if queue.half_life is not None:
+        state.save(share)
+        accrue(queue, share, at)
     add_usage(state, queue, share, job.need, -1)
     state.mark_dirty(queue, share.name)  # its own head may wait for its own capacity
     for unit, _ in job.need:

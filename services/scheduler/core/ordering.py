@@ -6,13 +6,15 @@ sorts exactly as the original run did.
 - Inside a share (the heap key of `Job.key`): 1. higher schedulingPriority; 2. earlier
   acceptance (FIFO, ruling 8; kept across preemption); 3. job id.
 - Between shares for owners (spec 3.3): `share_order`.
-- Between borrowers: FIFO by the head's acceptance order (idleResourceAssignmentStrategy FIFO).
+- Between borrowers: FIFO by the head's acceptance order (idleResourceAssignmentStrategy FIFO);
+  under the queue options beyond AWS, group lending and fair share first (`borrower_key`).
 - Victims: `cross_share_victim_order` and `in_share_victim_order` (spec 3.5).
 """
 
 from __future__ import annotations
 
-from quotasched.services.scheduler.core.entities import Job, Share
+from quotasched.services.scheduler.core.entities import Job, Queue, Share
+from quotasched.services.scheduler.core.fairshare import fair_value, lent_inside
 
 
 def share_order(share: Share, head: Job) -> tuple:
@@ -31,6 +33,32 @@ def share_order(share: Share, head: Job) -> tuple:
 def borrower_order(share: Share, head: Job) -> tuple:
     """Borrowers compete for idle lendable capacity first come, first served."""
     return (head.seq, share.name)
+
+
+def borrower_key(queue: Queue, now: float):
+    """Rank borrowers under the queue's options (fairshare.py); AWS's FIFO without them:
+
+    1. (share groups) a borrower its own group would lend all it borrows, before the others;
+    2. (FAIR_SHARE) lower decayed past borrowing per unit of weight;
+    3. earlier acceptance of the head job (FIFO);
+    4. share name.
+    """
+    grouped = bool(queue.groups)
+    fair = queue.half_life is not None
+    if not grouped and not fair:
+        return _fifo
+
+    def key(pair: tuple[Share, Job]) -> tuple:
+        share, head = pair
+        rank = 0 if grouped and lent_inside(queue, share, head) else 1
+        value = fair_value(queue, share, now) if fair else 0.0
+        return (rank, value, head.seq, share.name)
+
+    return key
+
+
+def _fifo(pair: tuple[Share, Job]) -> tuple:
+    return borrower_order(pair[0], pair[1])
 
 
 def _instances(job: Job, units: set[str]) -> int:

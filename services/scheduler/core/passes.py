@@ -3,7 +3,8 @@
 Order within a pass (ruling 7), repeated after every placement:
   (a) heads that fit their share's own limit, in share order (ordering.share_order): plain
       dispatch, else cross-share reclaim, else in-share preemption where enabled;
-  (b) heads that would borrow, first come first served: plain dispatch only;
+  (b) heads that would borrow, first come first served (or under the queue's options beyond
+      AWS, ordering.borrower_key): plain dispatch only;
   (c) the same heads, by in-share preemption where enabled.
 Each share is strictly head-of-line: only its first RUNNABLE job is considered.
 
@@ -36,7 +37,7 @@ from quotasched.services.scheduler.core.accounting import (
 )
 from quotasched.services.scheduler.core.admission import blocked_reason
 from quotasched.services.scheduler.core.entities import Environment, Job, Queue, Share
-from quotasched.services.scheduler.core.ordering import borrower_order, share_order
+from quotasched.services.scheduler.core.ordering import borrower_key, share_order
 from quotasched.services.scheduler.core.preemption import (
     in_share_candidates,
     in_share_victims,
@@ -136,7 +137,7 @@ def _place_one(round_: Round, environment: Environment, queue: Queue, heads) -> 
                 return _dispatch(round_, queue, share, head, victims,
                                  PreemptionReason.IN_SHARE_PRIORITY)  # fmt: skip
         state.mark_clean(queue, share.name, head.need)
-    borrowers.sort(key=lambda pair: borrower_order(*pair))
+    borrowers.sort(key=borrower_key(queue, round_.at))
     for share, head in borrowers:
         if _fits(environment, queue, share, head):
             return _dispatch(round_, queue, share, head, [], None)
