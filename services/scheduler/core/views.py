@@ -49,12 +49,13 @@ def canonical_state(state: State) -> dict[str, Any]:
     for queue in state.queues.values():
         queues[queue.name] = {
             "config": _plain(queue.config), "usage": queue.usage, "borrowed": queue.borrowed,
-            "idle": queue.idle, "lendable": queue.lendable,
+            "idle": queue.idle, "lendable": queue.lendable, "options": _plain(queue.options),
             "shares": {
                 share.name: {"config": _plain(share.config), "usage": share.usage,
                              "dispatched": sorted(share.dispatched),
                              "options": _plain(share.options),
-                             "preemptedAt": list(share.preempted_at)}
+                             "preemptedAt": list(share.preempted_at),
+                             "charge": list(share.charge)}
                 for share in queue.shares.values()
             },
         }  # fmt: skip
