@@ -1,8 +1,10 @@
 """The simulated cluster and its jobs, as the decision core's inputs.
 
 - `setup_commands`: one service environment, one FIFO scheduling policy, one job queue and a
-  quota share per configured share (with its options beyond AWS, when it has any), decoded
-  from JSON like any production input;
+  quota share per configured share (with its options beyond AWS, when it has any), then the
+  queue's options beyond AWS when the configuration has any (after the shares: the core
+  refuses options that name a share it does not know), decoded from JSON like any
+  production input;
 - `templates`, `tick_template`: the validated submission, SUCCEEDED report and Tick whose
   copies the engine's hot path sends;
 - `plan`: each job's share (by team), each share's limit and its largest job; a team without
@@ -45,11 +47,17 @@ def setup_commands(config: SimConfig, limits: dict[str, int]) -> list[C.Command]
                 "inSharePreemption": "ENABLED" if share.in_share_preemption else "DISABLED"},
         })  # fmt: skip
         if share.options is not None:
-            lines.append({
-                "kind": "SetQuotaShareOptions", "jobQueue": QUEUE, "quotaShareName": share.name,
-                "options": share.options.model_dump(mode="json", by_alias=True, exclude_none=True),
-            })  # fmt: skip
+            lines.append({"kind": "SetQuotaShareOptions", "jobQueue": QUEUE,
+                          "quotaShareName": share.name, "options": _wire(share.options)})
+    if config.queue_options is not None:
+        lines.append({"kind": "SetJobQueueOptions", "jobQueue": QUEUE,
+                      "options": _wire(config.queue_options)})
     return [decode_command(json.dumps({"at": 0.0, **line})) for line in lines]
+
+
+def _wire(options) -> dict:
+    """Validated options back in the contract's wire names, as a command carries them."""
+    return options.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
 def templates(config: SimConfig, limits: dict[str, int],

@@ -14,6 +14,15 @@ contract's own model (`QuotaShareOptions`), e.g. `options: {minRuntimeBeforePree
 3600, preemptionBudget: {maxPreemptions: 20, windowSeconds: 86400}}`; the run sets them with a
 `SetQuotaShareOptions` right after creating the share.
 
+`queue_options` sets the job queue's options beyond AWS, in the wire names of the contract's
+`JobQueueOptions` and checked by it, e.g. `queue_options: {idleResourceAssignmentStrategy:
+FAIR_SHARE, fairShare: {halfLifeSeconds: 86400}, shareGroups: [{name: big, quotaShareNames:
+[a, b], maxCapacity: [{capacityUnit: ml.g5.xlarge, maxCapacity: 600}]}]}`; every share it names
+must be one of `shares` (else an error naming the key, e.g. `queue_options:
+shareGroups.0.quotaShareNames.1 names share c, which is not one of the shares`).  The run sends
+one `SetJobQueueOptions` after every share is created.  A group's `maxCapacity` is absolute
+instances: `with_pool` scales share limits, not it.
+
 A share's quota is either `limit` (instances) or `weight`: weighted shares split the pool in
 proportion (largest remainder), and `raise_to_largest_job` (default on) lifts a limit that is
 smaller than the largest job of the share's teams, which would otherwise block the share's
@@ -22,15 +31,17 @@ head forever under RESERVE or LEND.  Errors name the field: `shares.1.borrow_lim
 
 from __future__ import annotations
 
+import json
 import math
 import random
 from typing import Annotated, Literal, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, Json, ValidationError,
+                      ValidationInfo, field_validator, model_validator)  # fmt: skip
 
 from quotasched.events.base import NAME_PATTERN
-from quotasched.events.values import QuotaShareOptions, SharingStrategy
+from quotasched.events.values import JobQueueOptions, QuotaShareOptions, SharingStrategy
 
 MAX_SHARES = 20  # quota shares per job queue (AWS service quota)
 Priority = Annotated[int, Field(ge=0, le=9999)]
@@ -132,6 +143,18 @@ class RandomPriority(_Model):
         return self
 
 
+def _as_wire(value: object) -> object:
+    """Options as the JSON a command would carry, so that the contract's strict model checks
+    them as it checks a published command (an enum is a string there, as in YAML)."""
+    if value is None:
+        return None
+    if isinstance(value, BaseModel):
+        return value.model_dump_json(by_alias=True, exclude_none=True)
+    return json.dumps(value, default=str)
+
+
+WireQueueOptions = Annotated[Json[JobQueueOptions], BeforeValidator(_as_wire)]
+
 PriorityRule = Annotated[
     Union[ConstantPriority, JobTypePriority, RulePriority, RandomPriority],
     Field(discriminator="kind"),
@@ -147,6 +170,21 @@ class SimConfig(_Model):
     raise_to_largest_job: bool = True
     priority: PriorityRule = ConstantPriority(kind="constant")
     checkpoint_interval_s: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
+    queue_options: WireQueueOptions | None = None  # absent: AWS's semantics, no command is sent
+
+    @field_validator("queue_options")
+    @classmethod
+    def _known_shares(cls, options: JobQueueOptions | None, info: ValidationInfo):
+        """The core would refuse the whole run's set-up for a share it does not know; say so
+        here, naming the key, before anything runs."""
+        shares = info.data.get("shares")  # absent when the shares themselves are invalid
+        if options is not None and shares is not None:
+            unknown = undefined_shares(options, {share.name for share in shares})
+            if unknown:
+                raise ValueError("; ".join(
+                    f"{key} names share {name}, which is not one of the shares"
+                    for key, name in unknown))  # fmt: skip
+        return options
 
     @model_validator(mode="after")
     def _consistent(self) -> SimConfig:
@@ -230,6 +268,20 @@ class SimConfig(_Model):
             return out
         rng = random.Random(rule.seed)
         return rng.choices(rule.values, rule.weights, k=len(gpus))
+
+
+def undefined_shares(options: JobQueueOptions, names: set[str]) -> list[tuple[str, str]]:
+    """(key under queue_options, share) for every share the options name outside `names`."""
+    unknown = []
+    weights = options.fair_share.weights if options.fair_share is not None else None
+    for index, item in enumerate(weights or ()):
+        if item.quota_share_name not in names:
+            unknown.append((f"fairShare.weights.{index}.quotaShareName", item.quota_share_name))
+    for index, group in enumerate(options.share_groups or ()):
+        for position, name in enumerate(group.quota_share_names):
+            if name not in names:
+                unknown.append((f"shareGroups.{index}.quotaShareNames.{position}", name))
+    return unknown
 
 
 def parse_config(data: object, source: str = "<config>") -> SimConfig:
