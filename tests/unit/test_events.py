@@ -76,6 +76,7 @@ VALID: dict[str, dict[str, Any]] = {
         "at": 0, "kind": "SetQuotaShareOptions", "jobQueue": "q", "quotaShareName": "qs1",
         "options": {},
     },
+    "SetJobQueueOptions": {"at": 0, "kind": "SetJobQueueOptions", "jobQueue": "q", "options": {}},
     "SubmitServiceJob": {
         "at": 1, "kind": "SubmitServiceJob", "jobName": "train", "jobQueue": "q",
         "quotaShareName": "qs1", "capacityUsage": [USAGE],
@@ -105,6 +106,7 @@ REQUIRED: dict[str, list[str]] = {
     "UpdateQuotaShare": ["jobQueue", "quotaShareName"],
     "DeleteQuotaShare": ["jobQueue", "quotaShareName"],
     "SetQuotaShareOptions": ["jobQueue", "quotaShareName", "options"],
+    "SetJobQueueOptions": ["jobQueue", "options"],
     "SubmitServiceJob": ["jobName", "jobQueue", "quotaShareName"],
     "UpdateServiceJob": ["jobId", "schedulingPriority"],
     "TerminateServiceJob": ["jobId", "reason"],
@@ -196,6 +198,7 @@ NAME_FIELDS = [
         ("UpdateQuotaShare", ("jobQueue",)),
         ("DeleteQuotaShare", ("quotaShareName",)),
         ("DeleteQuotaShare", ("jobQueue",)),
+        ("SetJobQueueOptions", ("jobQueue",)),
         ("SubmitServiceJob", ("jobName",)),
         ("SubmitServiceJob", ("jobQueue",)),
         ("SubmitServiceJob", ("quotaShareName",)),
@@ -459,6 +462,101 @@ def test_only_fifo_idle_resource_assignment_is_accepted():
     error = reject(command("CreateSchedulingPolicy",
                            (("quotaSharePolicy", "idleResourceAssignmentStrategy"), "FAIR")))  # fmt: skip
     assert "idleResourceAssignmentStrategy" in error.reason
+
+
+def test_fair_share_is_not_an_aws_scheduling_policy_value():
+    """FAIR_SHARE is quotasched's extension, set by SetJobQueueOptions only: the AWS-shaped
+    CreateSchedulingPolicy keeps AWS's FIFO-only value set."""
+    error = reject(command("CreateSchedulingPolicy",
+                           (("quotaSharePolicy", "idleResourceAssignmentStrategy"), "FAIR_SHARE")))  # fmt: skip
+    assert "idleResourceAssignmentStrategy" in error.reason
+
+
+# -- queue options beyond AWS (SetJobQueueOptions) ---------------------------------------------
+
+
+def _fair(half_life: int = 100, weights: list | None = None) -> dict[str, Any]:
+    """FAIR_SHARE options with `fairShare` as given."""
+    fair: dict[str, Any] = {"halfLifeSeconds": half_life}
+    if weights is not None:
+        fair["weights"] = weights
+    return {"idleResourceAssignmentStrategy": "FAIR_SHARE", "fairShare": fair}
+
+
+def _groups(*groups: tuple[str, list[str]]) -> dict[str, Any]:
+    return {"shareGroups": [{"name": name, "quotaShareNames": shares} for name, shares in groups]}
+
+
+def _weights(*pairs: tuple[str, int]) -> list[dict[str, Any]]:
+    return [{"quotaShareName": name, "weight": weight} for name, weight in pairs]
+
+
+@pytest.mark.parametrize(
+    "options",
+    cases(("no option at all is AWS's FIFO without groups", {}),
+          ("FIFO said explicitly is accepted", {"idleResourceAssignmentStrategy": "FIFO"}),
+          ("the smallest half-life and weight are accepted", _fair(1, _weights(("a", 1)))),
+          ("the largest half-life (30 days) and weight are accepted", _fair(2592000, _weights(("a", 1000)))),
+          ("groups without a limit are accepted", _groups(("g", ["a", "b"]), ("h", ["c"]))),
+          ("a group with a per-unit limit is accepted",
+           {"shareGroups": [{"name": "g", "quotaShareNames": ["a"], "maxCapacity": [LIMIT]}]}),
+          ("fair share and groups together are accepted", {**_fair(86400, _weights(("a", 2))),
+                                                           **_groups(("g", ["a", "b"]))})),
+)  # fmt: skip
+def test_valid_queue_options_decode(options):
+    decoded = accept(command("SetJobQueueOptions", (("options",), options)))
+    assert decoded.options_version == V.QUEUE_OPTIONS_VERSION == 1
+    assert decoded.options.model_dump(by_alias=True, exclude_none=True, mode="json") == {
+        "idleResourceAssignmentStrategy": "FIFO", **options}
+
+
+@pytest.mark.parametrize(
+    "options,reason",
+    cases(("FAIR_SHARE without fairShare is rejected", {"idleResourceAssignmentStrategy": "FAIR_SHARE"},
+           "options: idleResourceAssignmentStrategy FAIR_SHARE needs fairShare (halfLifeSeconds)"),
+          ("fairShare without FAIR_SHARE is rejected", {"fairShare": {"halfLifeSeconds": 100}},
+           "options: fairShare is given but idleResourceAssignmentStrategy is not FAIR_SHARE"),
+          ("fairShare with an explicit FIFO is rejected",
+           {"idleResourceAssignmentStrategy": "FIFO", "fairShare": {"halfLifeSeconds": 100}},
+           "options: fairShare is given but idleResourceAssignmentStrategy is not FAIR_SHARE"),
+          ("a share in two groups is rejected", _groups(("g", ["a", "b"]), ("h", ["b"])),
+           "options: quota share b is in group g and group h; a share belongs to at most one group"),
+          ("a share twice in one group is rejected", _groups(("g", ["a", "b", "a"])),
+           "options: group g names quota share a more than once"),
+          ("a group name used twice is rejected", _groups(("g", ["a"]), ("g", ["b"])),
+           "options: shareGroups names group g more than once"),
+          ("a share weighted twice is rejected", _fair(100, _weights(("a", 1), ("b", 3), ("a", 2))),
+           "options.fairShare.weights: fairShare.weights names quota share a more than once"),
+          ("a weight of 0 is rejected", _fair(100, _weights(("a", 0))),
+           "options.fairShare.weights.0.weight: Input should be greater than or equal to 1"),
+          ("a weight of 1001 is rejected", _fair(100, _weights(("a", 2), ("b", 1001))),
+           "options.fairShare.weights.1.weight: Input should be less than or equal to 1000"),
+          ("a half-life of 0 is rejected", _fair(0),
+           "options.fairShare.halfLifeSeconds: Input should be greater than or equal to 1"),
+          ("a half-life over 30 days is rejected", _fair(2592001),
+           "options.fairShare.halfLifeSeconds: Input should be less than or equal to 2592000"),
+          ("an empty list of groups is rejected", {"shareGroups": []},
+           "options.shareGroups: List should have at least 1 item after validation, not 0"),
+          ("a group without shares is rejected", _groups(("g", [])),
+           "options.shareGroups.0.quotaShareNames: List should have at least 1 item after validation, not 0"),
+          ("an unknown strategy is rejected", {"idleResourceAssignmentStrategy": "ROUND_ROBIN"},
+           "options.idleResourceAssignmentStrategy: Input should be 'FIFO' or 'FAIR_SHARE'")),
+)  # fmt: skip
+def test_invalid_queue_options_are_rejected_with_the_reason(options, reason):
+    error = reject(command("SetJobQueueOptions", (("options",), options)))
+    assert error.kind == "SetJobQueueOptions"
+    assert error.reason == f"Invalid SetJobQueueOptions: {reason}"
+
+
+def test_a_group_limit_names_each_unit_once():
+    twice = {"shareGroups": [{"name": "g", "quotaShareNames": ["a"], "maxCapacity": [LIMIT, LIMIT]}]}
+    error = reject(command("SetJobQueueOptions", (("options",), twice)))
+    assert "maxCapacity" in error.reason and G5 in error.reason
+
+
+def test_only_options_version_1_is_accepted():
+    error = reject(command("SetJobQueueOptions", (("optionsVersion",), 2)))
+    assert "optionsVersion" in error.reason
 
 
 # -- retries, preemption retries, timeouts ------------------------------------------------------
@@ -949,6 +1047,12 @@ COMMAND_SAMPLES: list[C.Command] = [
     C.SetQuotaShareOptions(at=5, job_queue="q", quota_share_name="qs1", options=V.QuotaShareOptions(
         min_runtime_before_preemption_seconds=600,
         preemption_budget=V.PreemptionBudget(max_preemptions=2, window_seconds=3600))),
+    C.SetJobQueueOptions(at=5, job_queue="q", options=V.JobQueueOptions(
+        idle_resource_assignment_strategy=V.IdleAssignment.FAIR_SHARE,
+        fair_share=V.FairShare(half_life_seconds=86400,
+                               weights=[V.FairShareWeight(quota_share_name="qs1", weight=2)]),
+        share_groups=[V.ShareGroup(name="dept", quota_share_names=["qs1", "qs2"], max_capacity=[
+            V.EnvironmentCapacityLimit(capacity_unit=G5, max_capacity=6)])])),
     SUBMIT_FULL,
     C.SubmitServiceJob(at=3, job_name="small", job_queue="q", quota_share_name="qs1",
                        capacity_usage=[V.CapacityUsage(capacity_unit=G5, quantity=2)]),
@@ -1021,6 +1125,8 @@ FACT_SAMPLES: list[F.Fact] = [
     F.QuotaShareOptionsSet(at=4, command_seq=12, job_queue="q", quota_share_name="qs1",
                            options_version=1, options=V.QuotaShareOptions(
                                min_runtime_before_preemption_seconds=600)),
+    F.JobQueueOptionsSet(at=4, command_seq=13, job_queue="q", options_version=1, options=V.JobQueueOptions(
+        share_groups=[V.ShareGroup(name="dept", quota_share_names=["qs1"])])),
 ]  # fmt: skip
 
 FACT_KINDS = sorted(
