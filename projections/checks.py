@@ -19,8 +19,8 @@ from quotasched.projections.rows import DISPATCHED
 KINDS = (
     "CommandRejected", "ServiceEnvironmentCreated", "ServiceEnvironmentUpdated",
     "SchedulingPolicyCreated", "JobQueueCreated", "JobQueueUpdated", "QuotaShareCreated",
-    "QuotaShareUpdated", "QuotaShareDeleted", "QuotaShareOptionsSet", "JobSubmitted",
-    "SubmissionDeduplicated",
+    "QuotaShareUpdated", "QuotaShareDeleted", "QuotaShareOptionsSet", "JobQueueOptionsSet",
+    "JobSubmitted", "SubmissionDeduplicated",
     "JobPriorityUpdated", "JobDispatched", "JobPreempted", "JobStatusChanged", "ShareBlocked",
     "JobReportIgnored",
 )  # fmt: skip
@@ -56,6 +56,7 @@ REQUIRED = {
     "QuotaShareUpdated": (*_SHARE, "capacity_limits", "sharing.strategy", "state"),
     "QuotaShareDeleted": _SHARE,
     "QuotaShareOptionsSet": _SHARE,  # options beyond AWS: in `facts`, no table reads them
+    "JobQueueOptionsSet": ("job_queue",),  # likewise (fair share, share groups)
 }  # fmt: skip
 
 
