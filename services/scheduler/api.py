@@ -11,6 +11,7 @@ import re
 from typing import Any
 
 from quotasched.events.subjects import API_PREFIX
+from quotasched.events.values import JobQueueOptions
 from quotasched.services.scheduler.core.entities import Job
 from quotasched.services.scheduler.core.state import State
 from quotasched.services.scheduler.partition import Partition
@@ -286,15 +287,24 @@ def describe_service_environments(state: State, request: dict) -> dict[str, Any]
     ]}  # fmt: skip
 
 
+def _queue_detail(q) -> dict[str, Any]:
+    detail = {
+        "jobQueueName": q.name, "jobQueueArn": f"{ARN}:job-queue/{q.name}", "state": q.state.value,
+        "status": "VALID", "priority": q.priority, "schedulingPolicy": q.policy,
+        "serviceEnvironmentOrder": [{"order": 1, "serviceEnvironment": q.environment}],
+        "jobStateTimeLimitActions": [action.model_dump(mode="json", by_alias=True)
+                                     for action in q.config.job_state_time_limit_actions],
+    }  # fmt: skip
+    # quotasched's queue options beyond AWS, so `config plan` can compare them; AWS clients
+    # ignore it, and a queue whose options are all off shows none, as before they existed
+    options = JobQueueOptions() if q.options is None else q.options.options
+    if options != JobQueueOptions():
+        detail["options"] = options.model_dump(mode="json", by_alias=True, exclude_none=True)
+    return detail
+
+
 def describe_job_queues(state: State, request: dict) -> dict[str, Any]:
-    return {"jobQueues": [
-        {"jobQueueName": q.name, "jobQueueArn": f"{ARN}:job-queue/{q.name}", "state": q.state.value,
-         "status": "VALID", "priority": q.priority, "schedulingPolicy": q.policy,
-         "serviceEnvironmentOrder": [{"order": 1, "serviceEnvironment": q.environment}],
-         "jobStateTimeLimitActions": [action.model_dump(mode="json", by_alias=True)
-                                      for action in q.config.job_state_time_limit_actions]}
-        for q in state.queues.values()
-    ]}  # fmt: skip
+    return {"jobQueues": [_queue_detail(q) for q in state.queues.values()]}
 
 
 def describe_scheduling_policies(state: State, request: dict) -> dict[str, Any]:
