@@ -1,7 +1,8 @@
 """The fields of each resource as a plan compares and shows them: one Aspect per field, with
 its comparison form (equal keys are no change: the order of capacity limits, or LEND_AND_BORROW
 without borrowLimit versus AWS's -1), its display form, and whether the contract's Update*
-command can change it (IMMUTABLE says why not)."""
+command can change it (IMMUTABLE says why not).  A resource's options beyond AWS are one
+field, `options`, set as a whole by SetQuotaShareOptions or SetJobQueueOptions."""
 
 from __future__ import annotations
 
@@ -9,7 +10,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from quotasched.events.values import ResourceSharingConfiguration, SharingStrategy
+from quotasched.events.values import (
+    FairShareWeight,
+    JobQueueOptions,
+    ResourceSharingConfiguration,
+    SharingStrategy,
+)
 
 
 def _limits(items) -> dict[str, int]:
@@ -39,6 +45,28 @@ def _show_actions(actions) -> str:
         return "none"
     return "; ".join(f"{a.action.value} after {a.max_time_seconds}s {a.state.value} "
                      f"with {a.reason.value}" for a in actions)  # fmt: skip
+
+
+def _queue_options(options: JobQueueOptions) -> tuple:
+    """The comparison form of a queue's options: the order of weights, of groups, of a group's
+    members and of its limits changes no decision, so it is no change."""
+    fair = options.fair_share
+    half_life = None if fair is None else fair.half_life_seconds
+    weights = frozenset((w.quota_share_name, w.weight) for w in _weights(options))
+    groups = frozenset((group.name, frozenset(group.quota_share_names),
+                        frozenset(_limits(group.max_capacity or ()).items()))
+                       for group in options.share_groups or ())  # fmt: skip
+    return options.idle_resource_assignment_strategy, half_life, weights, groups
+
+
+def _show_queue_options(options: JobQueueOptions) -> str:
+    """`summary`, and fair share's weights, so a change of weights alone shows too."""
+    weights = ", ".join(f"{w.quota_share_name}={w.weight}" for w in _weights(options))
+    return options.summary() + (f"; weights {weights}" if weights else "")
+
+
+def _weights(options: JobQueueOptions) -> list[FairShareWeight]:
+    return (options.fair_share and options.fair_share.weights) or []
 
 
 def _same(value: Any) -> Any:
@@ -77,6 +105,9 @@ ASPECTS: dict[str, tuple[Aspect, ...]] = {
                show=_show_sharing, key=_sharing),
         Aspect("preemptionConfiguration", "preemption_configuration",
                show=lambda p: f"inSharePreemption {p.in_share_preemption.value}"), STATE),
+    "quota share options": (Aspect("options", "options", show=lambda o: o.summary()),),
+    "job queue options": (
+        Aspect("options", "options", show=_show_queue_options, key=_queue_options),),
 }  # fmt: skip
 IMMUTABLE = {
     "scheduling policy": "the contract has no UpdateSchedulingPolicy",

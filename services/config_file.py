@@ -1,6 +1,7 @@
 """The configuration file: its four sections of the contract's Create* commands, read and
-validated strictly (every problem named by its path in the file), and written back.  A quota
-share entry may also carry `options`, quotasched's options beyond AWS (SetQuotaShareOptions).
+validated strictly (every problem named by its path in the file), and written back.  A job
+queue entry and a quota share entry may also carry `options`, quotasched's options beyond AWS
+(SetJobQueueOptions, SetQuotaShareOptions).
 
 `load` reads and `parse` validates a file; `from_live` builds the same Configuration from the
 scheduler's read answers; `to_document` and `dump_yaml` give a configuration's file form.
@@ -13,7 +14,7 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 import yaml
 from pydantic import ValidationError
@@ -26,7 +27,7 @@ from quotasched.events.commands import (
     CreateSchedulingPolicy,
     CreateServiceEnvironment,
 )
-from quotasched.events.values import QuotaShareOptions
+from quotasched.events.values import JobQueueOptions, QuotaShareOptions
 
 SECTIONS: dict[str, type[Command]] = {
     "serviceEnvironments": CreateServiceEnvironment,
@@ -42,6 +43,12 @@ NOT_IN_FILES = {
 # Fixed by the contract (one type only): accepted in a file, never exported.
 NOT_EXPORTED = {"kind", "at", "tags", "serviceEnvironmentType", "jobQueueType"}
 ShareKey = tuple[str, str]  # (job queue, quota share)
+# The sections whose entries may carry `options` (beyond AWS), and the options' model.
+Options: TypeAlias = JobQueueOptions | QuotaShareOptions
+OPTIONS: dict[str, type[Options]] = {
+    "jobQueues": JobQueueOptions,
+    "quotaShares": QuotaShareOptions,
+}
 
 
 class ConfigError(ValueError):
@@ -63,6 +70,8 @@ class Configuration:
     # quotasched's options beyond AWS (a share entry's `options`, docs/options.md); a share
     # without an entry here has every option off
     options: dict[ShareKey, QuotaShareOptions] = field(default_factory=dict)
+    # the same for a job queue (a jobQueues entry's `options`): FAIR_SHARE, share groups
+    queue_options: dict[str, JobQueueOptions] = field(default_factory=dict)
 
 
 # -- reading a file --------------------------------------------------------------------------
@@ -83,8 +92,13 @@ def load(path: str | Path) -> Configuration:
     return parse(document, source)
 
 
-def parse(document: Any, source: str = "<configuration>") -> Configuration:
-    """Validates a loaded document; raises ConfigError listing every problem found."""
+def parse(document: Any, source: str = "<configuration>", live: bool = False) -> Configuration:
+    """Validates a loaded document; raises ConfigError listing every problem found.
+
+    `live`: the document is the scheduler's own answers (`from_live`).  A file's queue options
+    may name only the queue's shares the file declares (any other is deleted, or never
+    created, before the options are set); the live ones may still name a share deleted since
+    they were set, which the scheduler keeps in them."""
     if document is None:
         return Configuration()
     if not isinstance(document, dict):
@@ -94,6 +108,7 @@ def parse(document: Any, source: str = "<configuration>") -> Configuration:
                 for key in document if key not in SECTIONS]  # fmt: skip
     parsed: dict[str, list[tuple[str, Command]]] = {}
     option_sets: dict[ShareKey, QuotaShareOptions] = {}
+    queue_option_sets: dict[str, tuple[str, JobQueueOptions]] = {}  # with where it is declared
     for section, model in SECTIONS.items():
         entries = document.get(section)
         if entries is None:
@@ -105,14 +120,17 @@ def parse(document: Any, source: str = "<configuration>") -> Configuration:
         for index, entry in enumerate(entries):
             where = _where(section, index, entry)
             options = None
-            if section == "quotaShares" and isinstance(entry, dict) and "options" in entry:
+            if section in OPTIONS and isinstance(entry, dict) and "options" in entry:
                 entry = dict(entry)
-                options = _validate_options(entry.pop("options"), f"{where}.options", problems)
+                options = _validate_options(OPTIONS[section], entry.pop("options"),
+                                            f"{where}.options", problems)  # fmt: skip
             command = _validate_entry(model, entry, where, problems)
             if command is not None:
                 parsed[section].append((where, command))
-                if options is not None and isinstance(command, CreateQuotaShare):
+                if isinstance(options, QuotaShareOptions) and isinstance(command, CreateQuotaShare):
                     option_sets[(command.job_queue, command.quota_share_name)] = options
+                if isinstance(options, JobQueueOptions) and isinstance(command, CreateJobQueue):
+                    queue_option_sets[command.job_queue_name] = (where, options)
     config = Configuration()
     _collect(parsed.get("serviceEnvironments", []), config.environments,
              lambda c: c.service_environment_name, "service environment", problems)
@@ -122,24 +140,51 @@ def parse(document: Any, source: str = "<configuration>") -> Configuration:
              lambda c: c.job_queue_name, "job queue", problems)
     _collect(parsed.get("quotaShares", []), config.shares,
              lambda c: (c.job_queue, c.quota_share_name), "quota share", problems)  # fmt: skip
+    if not live:
+        for queue, (where, options) in queue_option_sets.items():
+            problems.extend(_undeclared_shares(queue, options, f"{where}.options", config))
     if problems:
         raise ConfigError(source, problems)
-    config.options = {key: options for key, options in option_sets.items()
-                      if options.model_dump(exclude_none=True)}  # fmt: skip
+    config.options = {key: options for key, options in option_sets.items() if _set(options)}
+    config.queue_options = {queue: options for queue, (_, options) in queue_option_sets.items()
+                            if _set(options)}  # fmt: skip
     return config
 
 
-def _validate_options(value: Any, where: str, problems: list[str]) -> QuotaShareOptions | None:
-    """A share's `options` (beyond AWS), validated as SetQuotaShareOptions validates them."""
+def _set(options: Options) -> bool:
+    """Whether any option is on: all off is the same as no `options` at all."""
+    return options != type(options)()
+
+
+def _validate_options(model: type[Options], value: Any, where: str,
+                      problems: list[str]) -> Options | None:  # fmt: skip
+    """An entry's `options` (beyond AWS), validated as SetJobQueueOptions or
+    SetQuotaShareOptions validates them."""
     try:
-        return QuotaShareOptions.model_validate_json(json.dumps(value, default=str),
-                                                     by_alias=True, by_name=False)  # fmt: skip
+        return model.model_validate_json(json.dumps(value, default=str), by_alias=True,
+                                         by_name=False)  # fmt: skip
     except ValidationError as error:
         for item in error.errors(include_url=False):
             message = ("is not an option (docs/options.md)" if item["type"] == "extra_forbidden"
                        else item["msg"].removeprefix("Value error, "))  # fmt: skip
             problems.append(f"{where}{_path(item['loc'])}: {message}")
         return None
+
+
+def _undeclared_shares(queue: str, options: JobQueueOptions, where: str,
+                       config: Configuration) -> list[str]:  # fmt: skip
+    """Each place a queue's options name a share the file does not declare in that queue: the
+    scheduler refuses options naming a share that does not exist, and the plan deletes a live
+    share of a declared queue that the file leaves out."""
+    fair = options.fair_share
+    named = [(f".fairShare.weights[{index}].quotaShareName", weight.quota_share_name)
+             for index, weight in enumerate(fair.weights or () if fair else ())]  # fmt: skip
+    named += [(f".shareGroups[{group_index}].quotaShareNames[{index}]", name)
+              for group_index, group in enumerate(options.share_groups or ())
+              for index, name in enumerate(group.quota_share_names)]  # fmt: skip
+    return [f"{where}{path}: names quota share {name}, which the file does not declare in job "
+            f"queue {queue}"
+            for path, name in named if (queue, name) not in config.shares]  # fmt: skip
 
 
 def _where(section: str, index: int, entry: Any) -> str:
@@ -217,14 +262,14 @@ def from_live(environments: Mapping[str, Any], policies: Mapping[str, Any],
         "schedulingPolicies": [pick(item, "name", "quotaSharePolicy")
                                for item in policies["schedulingPolicies"]],
         "jobQueues": [pick(item, "jobQueueName", "serviceEnvironmentOrder", "schedulingPolicy",
-                           "priority", "state", "jobStateTimeLimitActions")
+                           "priority", "state", "jobStateTimeLimitActions", "options")
                       for item in queues["jobQueues"]],
         "quotaShares": [pick(item, "quotaShareName", "jobQueue", "capacityLimits",
                              "resourceSharingConfiguration", "preemptionConfiguration", "state",
                              "options")
                         for item in shares],
     }  # fmt: skip
-    return parse(document, "the live configuration")
+    return parse(document, "the live configuration", live=True)
 
 
 def to_document(config: Configuration) -> dict[str, list[dict[str, Any]]]:
@@ -237,13 +282,14 @@ def to_document(config: Configuration) -> dict[str, list[dict[str, Any]]]:
     return {
         "serviceEnvironments": [entry(c) for c in config.environments.values()],
         "schedulingPolicies": [entry(c) for c in config.policies.values()],
-        "jobQueues": [entry(c) for c in config.queues.values()],
+        "jobQueues": [_with_options(entry(c), config.queue_options.get(name))
+                      for name, c in config.queues.items()],
         "quotaShares": [_with_options(entry(c), config.options.get(key))
                         for key, c in config.shares.items()],
     }
 
 
-def _with_options(document: dict[str, Any], options: QuotaShareOptions | None) -> dict[str, Any]:
+def _with_options(document: dict[str, Any], options: Options | None) -> dict[str, Any]:
     if options is not None:
         document["options"] = options.model_dump(mode="json", by_alias=True, exclude_none=True)
     return document

@@ -1,7 +1,8 @@
 """The plan: the changes that make the live configuration match the declared one, each with
 the contract's commands that do it, in an order the scheduler accepts (parents first; a
-queue's quota share deletions before its creations).  Changes the contract cannot make, and
-references to resources neither declared nor live, are errors: nothing may be published."""
+queue's quota share deletions before its creations, a queue's options after its shares).
+Changes the contract cannot make, and references to resources neither declared nor live, are
+errors: nothing may be published."""
 
 from __future__ import annotations
 
@@ -14,14 +15,15 @@ from quotasched.events.commands import (
     Command,
     CreateQuotaShare,
     DeleteQuotaShare,
+    SetJobQueueOptions,
     SetQuotaShareOptions,
     UpdateJobQueue,
     UpdateQuotaShare,
     UpdateServiceEnvironment,
 )
-from quotasched.events.values import QuotaShareOptions, State
+from quotasched.events.values import JobQueueOptions, QuotaShareOptions, State
 from quotasched.services.config_aspects import ASPECTS, IMMUTABLE, _show_limits
-from quotasched.services.config_file import Configuration, ShareKey
+from quotasched.services.config_file import Configuration, Options, ShareKey
 
 
 @dataclass(frozen=True)
@@ -61,9 +63,10 @@ def plan(desired: Configuration, live: Configuration,
          allow_termination: bool = False) -> Plan:  # fmt: skip
     """The changes that make `live` match `desired`, parent resources first: service
     environments, scheduling policies, job queues, then quota shares (deletions first, so a
-    queue's share count stays within its limit).  `unfinished` counts the unfinished jobs of
-    the shares to delete (see `doomed_shares`): deleting such a share terminates them, which
-    only `allow_termination` permits."""
+    queue's share count stays within its limit), then the queues' options (the scheduler
+    refuses options naming a share it does not have yet).  `unfinished` counts the unfinished
+    jobs of the shares to delete (see `doomed_shares`): deleting such a share terminates them,
+    which only `allow_termination` permits."""
     unfinished = unfinished or {}
     result = Plan()
     _check_references(desired, live, result)
@@ -80,8 +83,14 @@ def plan(desired: Configuration, live: Configuration,
     for key, want in desired.shares.items():
         _diff("quota share", "/".join(key), want, live.shares.get(key),
               partial(UpdateQuotaShare, job_queue=key[0], quota_share_name=key[1]), result)
-        _options(key, desired.options.get(key), live.options.get(key) if key in live.shares else None,
-                 result)  # fmt: skip
+        _options("quota share options", "/".join(key),
+                 partial(SetQuotaShareOptions, job_queue=key[0], quota_share_name=key[1]),
+                 QuotaShareOptions(), desired.options.get(key),
+                 live.options.get(key) if key in live.shares else None, result)  # fmt: skip
+    for name in desired.queues:
+        _options("job queue options", name, partial(SetJobQueueOptions, job_queue=name),
+                 JobQueueOptions(), desired.queue_options.get(name),
+                 live.queue_options.get(name) if name in live.queues else None, result)  # fmt: skip
     _kept(desired, live, result)
     return result
 
@@ -166,13 +175,10 @@ def _kept(desired: Configuration, live: Configuration, result: Plan) -> None:
     result.kept.sort()
 
 
-def _options(key: ShareKey, want: QuotaShareOptions | None, have: QuotaShareOptions | None,
-             result: Plan) -> None:  # fmt: skip
-    """A share's options beyond AWS: declared as a whole, so a share declared without
-    `options` has them all turned off."""
-    before, after = (options or QuotaShareOptions() for options in (have, want))
-    if before == after:
-        return
-    command = SetQuotaShareOptions(job_queue=key[0], quota_share_name=key[1], options=after)
-    result.changes.append(Change("update", "quota share options", "/".join(key),
-                                 (("options", before.summary(), after.summary()),), (command,)))
+def _options(resource: str, name: str, command: Callable[..., Command], off: Options,
+             want: Options | None, have: Options | None, result: Plan) -> None:  # fmt: skip
+    """A resource's options beyond AWS (`off`: all of them off), declared as a whole, so an
+    entry declared without `options` has them all turned off: an update of its one `options`
+    field, which `command` (SetQuotaShareOptions or SetJobQueueOptions) sets."""
+    _diff(resource, name, command(options=want or off), command(options=have or off), command,
+          result)  # fmt: skip
