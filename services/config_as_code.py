@@ -12,7 +12,10 @@ The file's four sections hold the contract's Create* commands without `kind`:
 so every field is validated exactly as the scheduler validates the command (camelCase names,
 strict types, unknown fields refused), and a problem is reported with its path in the file
 (`quotaShares[1] (q/qs2).capacityLimits[0].maxCapacity: ...`).  `tags` are not recorded by the
-scheduler, so a file cannot declare them (they could never be compared or exported).
+scheduler, so a file cannot declare them (they could never be compared or exported).  A job
+queue or quota share entry may also carry `options`, quotasched's options beyond AWS
+(SetJobQueueOptions, SetQuotaShareOptions: docs/options.md), declared as a whole and set after
+the resource (a queue's after its shares, which they may name).
 
 Everything here is pure: no I/O but `load`'s reading of the file.  `services/cli/config_cli.py`
 reads the live state over NATS, prints the plan and publishes its commands.

@@ -65,8 +65,8 @@ def apply(
     live -> declared) or delete (-); live resources the file does not declare and the contract
     cannot delete are listed (=) and kept.  Quota shares of the job queues the file declares
     that it does not declare are deleted (DISABLED first).  Creates run parent first (service
-    environments, scheduling policies, job queues, quota shares).  Applying the same file twice
-    publishes nothing the second time.
+    environments, scheduling policies, job queues, quota shares, then options beyond AWS: a
+    queue's after its shares).  Applying the same file twice publishes nothing the second time.
     """
     try:
         desired = cac.load(file)
