@@ -50,6 +50,8 @@ def sentence(fact: F.Fact) -> str:
             return f"quota share {fact.quota_share_name} deleted"
         case F.QuotaShareOptionsSet():
             return f"quota share {fact.quota_share_name} options: {fact.options.summary()}"
+        case F.JobQueueOptionsSet():
+            return f"job queue {fact.job_queue} options: {fact.options.summary()}"
         case F.ServiceEnvironmentCreated() | F.ServiceEnvironmentUpdated():
             verb = "created" if isinstance(fact, F.ServiceEnvironmentCreated) else "updated"
             return (f"service environment {fact.service_environment} {verb}: "

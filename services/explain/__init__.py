@@ -12,7 +12,10 @@ read off the state at each moment with the core's own arithmetic (`accounting.co
   higher-priority or earlier job of its share (naming the head, and why the head waits), a
   blocked head (the exact reason string), the share at its own limit and not allowed to borrow,
   the borrow ceiling reached, no idle lendable capacity in the other shares (naming them with
-  their usage and limits), the service environment full or DISABLED.
+  their usage and limits), the service environment full or DISABLED; under the queue's
+  options beyond AWS, a share group's maxCapacity, and the order borrowers are served in (a
+  group lending inside first, fair share's decayed borrowing per weight), also when another
+  borrower was dispatched ahead of the job.
 
 Every sentence cites the `commandSeq` and `at` of the facts it comes from; a "Waiting" entry
 cites the command after which the state it describes held.  No I/O here: the caller brings
@@ -21,7 +24,7 @@ the facts (a file, the bus, a replay).
 The package, by concept: `story` (gathering: folding the facts, telling what concerns the job,
 and rendering the story), `sentences` (the wording of each fact), `waiting` (why a job waits),
 `blockers` (the rules of dispatch it fails), `contexts` (usage and victims read right before a
-fact).  This module is the public face: every name importers use is here.
+fact), `queue_options` (the group's cap and the borrowers' order).  This module is the public face: every name importers use is here.
 """
 
 from quotasched.services.explain.story import (

@@ -1,12 +1,13 @@
 """The rules of dispatch a job fails now, as sentences, read with the core's own accounting
 (`accounting.contribution`, `within_own_limit`): the service environment's capacity, the
-share's limit and borrow ceiling, idle lendable capacity in the other shares, and why
-preemption can't make room."""
+share's limit and borrow ceiling, idle lendable capacity in the other shares, a share group's
+limit on what it holds (an option beyond AWS), and why preemption can't make room."""
 
 from __future__ import annotations
 
 from quotasched.services.scheduler.core import State
 from quotasched.services.scheduler.core.accounting import contribution, within_own_limit
+from quotasched.services.explain.queue_options import group_cap_blocker
 from quotasched.services.explain.sentences import when
 from quotasched.services.scheduler.core.entities import Environment, Job, Queue, Share
 from quotasched.services.scheduler.core.preemption import in_share_candidates
@@ -69,6 +70,10 @@ def _unit_blockers(environment: Environment, queue: Queue, share: Share, job: Jo
             reasons.append(f"the idle capacity of {share.name} it would use within its own "
                            f"limit ({used} of {limit} {unit} in use, {job.job_id} needs {need}) "
                            f"is lent out: {_pool(queue, share, unit, idle_before)}")  # fmt: skip
+    if borrowing:
+        capped = group_cap_blocker(queue, share, job, unit, need)
+        if capped is not None:
+            reasons.append(capped)
     return reasons
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from quotasched.events import facts as F
 from quotasched.events.values import PreemptionReason
 from quotasched.services.explain.blockers import _blockers
+from quotasched.services.explain.queue_options import went_before
 from quotasched.services.explain.sentences import _time
 from quotasched.services.scheduler.core import State
 from quotasched.services.scheduler.core.accounting import contribution
@@ -49,7 +50,8 @@ def _dispatch_context(state: State, fact: F.JobDispatched) -> dict | None:
                 spare = contribution(other, unit, other.usage.get(unit, 0))[1]
                 if spare:
                     idle.append(f"{other.name} {spare} {unit}")
-    return {"share": share.name, "usage_after": ", ".join(after), "idle": ", ".join(idle)}
+    return {"share": share.name, "usage_after": ", ".join(after), "idle": ", ".join(idle),
+            "order": went_before(state, fact)}
 
 
 _CROSS_CRITERIA = ("borrowing", "priority", "recency", "size", "id")

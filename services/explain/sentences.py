@@ -75,6 +75,8 @@ def _dispatched_sentence(fact: F.JobDispatched, before: dict | None,
                  f"idle lendable capacity right before: {before['idle'] or 'none'}")
     else:
         text += f", within {share}'s own limit ({before['usage_after']})"
+    if before.get("order"):
+        text += f"; {before['order']}"
     return text + "."
 
 

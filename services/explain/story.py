@@ -12,6 +12,7 @@ from typing import Any
 from quotasched.events import facts as F
 from quotasched.events.values import JobStatus
 from quotasched.services.explain.contexts import _dispatch_context, _preemption_context
+from quotasched.services.explain.queue_options import passed_over
 from quotasched.services.explain.sentences import _sentence, _time, when
 from quotasched.services.explain.waiting import _waiting
 from quotasched.services.scheduler.core import State, evolve
@@ -126,7 +127,10 @@ def _step(state: State, seq: int, group: list[F.Fact], job_id: str, story: list[
     """Fold one command's facts, tell what concerns the job, and why it waits now."""
     if not any(_names(fact, job_id) for fact in group):
         for fact in group:
+            passed = passed_over(state, fact, job_id)  # read right before the other's dispatch
             evolve(state, fact)
+            if passed is not None:
+                story.append(Entry(fact.at, seq, fact.kind, f"{job_id} waits (RUNNABLE): {passed}"))
         job = state.jobs.get(job_id)
         if job is None or job.status is not JobStatus.RUNNABLE:
             return last_wait

@@ -1,12 +1,14 @@
 """Why a RUNNABLE job waits, as the state stands: behind the head of its share (and why the
-head waits), a blocked head, or the rules of dispatch it fails itself; with the key that
-says when the story is worth telling again."""
+head waits), a blocked head, or the rules of dispatch it fails itself, and, waiting to borrow
+with others under the queue's options beyond AWS, the order they are served in; with the key
+that says when the story is worth telling again."""
 
 from __future__ import annotations
 
 from quotasched.events.values import JobStatus
 from quotasched.events.values import State as OnOff
 from quotasched.services.explain.blockers import _blockers
+from quotasched.services.explain.queue_options import waiting_order
 from quotasched.services.scheduler.core import State
 from quotasched.services.scheduler.core.admission import blocked_reason
 from quotasched.services.scheduler.core.entities import Job, Share
@@ -76,7 +78,13 @@ def _waiting(state: State, job: Job, told: tuple | None = None) -> tuple[tuple, 
         parts.append("nothing keeps it waiting as things stand; the next scheduling pass "
                      "dispatches it")  # fmt: skip
     text = f"{job.job_id} waits (RUNNABLE): " + "; ".join(parts) + "."
-    return (text,), text
+    order = waiting_order(state, queue, job) if blocked is None else None
+    if order is None:
+        return (text,), text
+    # The order's values (decayed borrowing) move with the clock: the story is told again
+    # when the order changes, or anything else does, not at every command.
+    ids, clauses = order
+    return (text, ids), f"{text[:-1]}; {clauses}."
 
 
 def _ahead(state: State, share: Share, job: Job) -> list[str]:
