@@ -1,6 +1,6 @@
 """Options beyond AWS on the ITP trace (issue 22 section 3): does a minimum runtime before
-preemption, a preemption budget or partial lending cut the work lost to preemption without
-costing wait?
+preemption, a preemption budget, partial lending, fair-share idle assignment or share groups
+cut the work lost to preemption without costing wait?
 
     .venv/bin/python benchmarks/options_bench.py                  # the table of docs/simulate.md
     .venv/bin/python benchmarks/options_bench.py --pool 1715      # one pool size
@@ -18,10 +18,18 @@ rounded down, where the quota is the limit the run uses (weights split the pool,
 raise_to_largest_job), so the bench computes it from `plan` at each pool size
 (itp-all-borrow-lend-half.yaml holds the values at 1,715 GPUs only).  Unlike the other
 options it acts on the lender, so under `--baseline mix` it also caps the LEND shares.
+Fair share and share groups are the job queue's options (the config's `queue_options`), so
+they act on every borrower at once.  "fair share" weighs every share 1 unless it says "quota
+weights": then each share weighs its configured `weight` (the team's mean demand), rounded.
+"groups" puts the ten ITP teams in three departments by mean demand (DEPARTMENTS); "capped"
+caps each at 1.5x its members' planned quotas, which the bench computes from `plan` at each
+pool like lend half (itp-all-borrow-groups.yaml holds the caps at 1,715 GPUs only).
 Per run: utilization over the trace's submit span (the window common to every run), time to
 first start p50 / p95, total time queued p95, preemptions, jobs preempted, the most
 preemptions of one job, GPU-hours lost, and lost GPU-hours and first-start p95 against the
-baseline at the same pool.  Then per team: first-start p95 for every run at the tightest pool.
+baseline at the same pool.  Then per team: first-start p95 for every run at each pool where
+some team waits (the tightest pool always), with the highest and the median team's, since
+fair share and groups move idle capacity between teams rather than cut preemption.
 Runs go to --jobs processes (default: every core); a run takes 5-20 s of CPU with the
 compiled core (`make native`), 2-3x that interpreted, the 40 % pool the slowest.
 """
@@ -39,7 +47,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from quotasched.events.values import QuotaShareOptions  # noqa: E402
-from quotasched.services.simulate import load_config, read_trace, simulate, submit_span, summarize  # noqa: E402
+from quotasched.services.simulate import (  # noqa: E402
+    load_config, parse_config, read_trace, simulate, submit_span, summarize)  # fmt: skip
 from quotasched.services.simulate.cluster import plan  # noqa: E402
 
 PEAK_GPUS = 2859  # the ITP trace's peak offered demand
@@ -47,16 +56,45 @@ POOLS = (1144, 1715, 2287, 2859)  # 40 % (the mean demand: a stress point), 60, 
 BASELINES = {"all borrow": "itp-all-borrow.yaml", "mix": "itp-lend-and-borrow.yaml"}
 HOUR, DAY = 3600, 86400
 LEND_HALF = "lend half"  # per share: computed from the planned limits, see lend_half
-VARIANTS: dict[str, dict | str | None] = {
+# The ITP teams in departments by mean offered demand (traces/README.md): the two large teams
+# (491 and 255 GPUs), the three middle ones (86-140) and the five small ones (5-47).
+DEPARTMENTS = {
+    "large": ("cluster04", "cluster07"),
+    "medium": ("cluster02", "cluster03", "cluster06"),
+    "small": ("cluster01", "cluster05", "cluster08", "cluster09", "cluster10"),
+}
+BUDGET_1 = {"preemptionBudget": {"maxPreemptions": 1, "windowSeconds": DAY}}
+GROUP_CAP = 1.5  # "capped": a department holds at most 1.5x its members' planned quotas
+
+
+class Queue(NamedTuple):
+    """A variant with the job queue's options (fair share, groups) and optionally the same
+    share options on every share."""
+
+    half_life: int | None = None  # FAIR_SHARE's half-life; None: FIFO
+    quota_weights: bool = False  # fair-share weight = the share's configured weight, rounded
+    groups: bool = False  # the DEPARTMENTS as share groups
+    cap: float | None = None  # with groups: each capped at cap x its planned quotas
+    share_options: dict | None = None
+
+
+VARIANTS: dict[str, dict | str | Queue | None] = {
     "AWS (baseline)": None,
     "min runtime 10 min": {"minRuntimeBeforePreemptionSeconds": 600},
     "min runtime 1 h": {"minRuntimeBeforePreemptionSeconds": HOUR},
     "min runtime 4 h": {"minRuntimeBeforePreemptionSeconds": 4 * HOUR},
     "budget 2 / day": {"preemptionBudget": {"maxPreemptions": 2, "windowSeconds": DAY}},
-    "budget 1 / day": {"preemptionBudget": {"maxPreemptions": 1, "windowSeconds": DAY}},
+    "budget 1 / day": BUDGET_1,
     "min 1 h + budget 2 / day": {"minRuntimeBeforePreemptionSeconds": HOUR,
                                  "preemptionBudget": {"maxPreemptions": 2, "windowSeconds": DAY}},
     "lend at most half": LEND_HALF,
+    "fair share 1 d": Queue(half_life=DAY),
+    "fair share 1 d, quota weights": Queue(half_life=DAY, quota_weights=True),
+    "fair share 1 h": Queue(half_life=HOUR),
+    "fair share 1 h, quota weights": Queue(half_life=HOUR, quota_weights=True),
+    "groups": Queue(groups=True),
+    "groups capped 1.5x": Queue(groups=True, cap=GROUP_CAP),
+    "budget 1 / day + fair share 1 d": Queue(half_life=DAY, share_options=BUDGET_1),
 }  # fmt: skip
 
 
@@ -69,6 +107,46 @@ def lend_half(config, trace):
         "options": QuotaShareOptions.model_validate(
             {"lendingLimits": [{"capacityUnit": unit, "maxCapacity": limits[share.name] // 2}]})})
         for share in config.shares]})  # fmt: skip
+
+
+def with_options(config, share_options: dict | None):
+    """`config` with the same share options on every share (None: as it is)."""
+    if share_options is None:
+        return config
+    checked = QuotaShareOptions.model_validate(share_options)
+    return config.model_copy(update={
+        "shares": [share.model_copy(update={"options": checked}) for share in config.shares]})
+
+
+def queue_options(variant: Queue, config, trace) -> dict:
+    """The variant's `queue_options`, in wire names; group caps come from the quotas the run
+    uses at this pool (after raise_to_largest_job), rounded down."""
+    options: dict = {}
+    if variant.half_life is not None:
+        fair: dict = {"halfLifeSeconds": variant.half_life}
+        if variant.quota_weights:
+            fair["weights"] = [{"quotaShareName": share.name, "weight": round(share.weight)}
+                               for share in config.shares]  # fmt: skip
+        options.update(idleResourceAssignmentStrategy="FAIR_SHARE", fairShare=fair)
+    if variant.groups:
+        limits = plan(trace, config).limits if variant.cap is not None else {}
+        unit = config.environment.instance_type
+        groups = [{"name": name, "quotaShareNames": list(members)}
+                  for name, members in DEPARTMENTS.items()]  # fmt: skip
+        if variant.cap is not None:
+            for group in groups:
+                cap = int(variant.cap * sum(limits[m] for m in group["quotaShareNames"]))
+                group["maxCapacity"] = [{"capacityUnit": unit, "maxCapacity": cap}]
+        options["shareGroups"] = groups
+    return options
+
+
+def with_queue(config, variant: Queue, trace):
+    """`config` with the variant's options, the queue's checked as a config file's are."""
+    data = with_options(config, variant.share_options).model_dump(mode="json", by_alias=True,
+                                                                   exclude_none=True)  # fmt: skip
+    return parse_config({**data, "queue_options": queue_options(variant, config, trace)},
+                        f"{config.name} ({variant})")  # fmt: skip
 
 
 class Result(NamedTuple):
@@ -102,10 +180,10 @@ def run_one(baseline: str, variant: str, pool: int, trace_path: str) -> Result:
     config = config.with_pool(pool)
     if options == LEND_HALF:
         config = lend_half(config, _trace)
-    elif options is not None:
-        checked = QuotaShareOptions.model_validate(options)
-        config = config.model_copy(update={
-            "shares": [share.model_copy(update={"options": checked}) for share in config.shares]})
+    elif isinstance(options, Queue):
+        config = with_queue(config, options, _trace)
+    else:
+        config = with_options(config, options)
     run = simulate(_trace, config)
     summary = summarize(run, submit_span(_trace))
     waits = summary.waits
@@ -145,16 +223,21 @@ def table(results: list[Result]) -> None:
 
 
 def team_table(results: list[Result], pool: int) -> None:
+    """First-start p95 per team, with the highest and the median team's: who waits, since
+    fair share and groups decide which team gets idle capacity."""
     rows = [r for r in results if r.pool == pool]
     if not rows:
         return
     teams = list(rows[0].team_first_p95_h)
     print(f"\nfirst-start p95 per team at {pool:,} GPUs")
-    print("| baseline | options | " + " | ".join(teams) + " |")
-    print("|---|---|" + "---|" * len(teams))
+    print("| baseline | options | " + " | ".join(teams) + " | highest / median |")
+    print("|---|---|" + "---|" * (len(teams) + 1))
     for r in rows:
+        p95 = sorted(r.team_first_p95_h.values())
+        median = (p95[(len(p95) - 1) // 2] + p95[len(p95) // 2]) / 2
         print(f"| {r.baseline} | {r.variant} | "
-              + " | ".join(hours(r.team_first_p95_h[t]) for t in teams) + " |")  # fmt: skip
+              + " | ".join(hours(r.team_first_p95_h[t]) for t in teams)
+              + f" | {hours(p95[-1])} / {hours(median)} |")  # fmt: skip
 
 
 def main() -> None:
@@ -178,7 +261,10 @@ def main() -> None:
     print(f"{len(results)} runs in {time.perf_counter() - started:.0f} s wall, {cpu:.0f} s CPU "
           f"(slowest {max(r.cpu_s for r in results):.1f} s); utilization over the trace's submit span\n")
     table(results)
-    team_table(results, min(pools))
+    for size in sorted(pools):
+        if size == min(pools) or any(hours(h) != "0" for r in results if r.pool == size
+                                     for h in r.team_first_p95_h.values()):  # fmt: skip
+            team_table(results, size)
 
 
 if __name__ == "__main__":

@@ -34,6 +34,11 @@ def fair(half_life: int, **weights: int) -> dict:
     return {"idleResourceAssignmentStrategy": "FAIR_SHARE", "fairShare": wire}
 
 
+def wire(options) -> dict:
+    """Validated options back in wire names, as a config file or a command writes them."""
+    return options.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
 def starts(shares: list[dict], pool: int, options: dict | None, *rows: tuple) -> dict[str, float]:
     """Each job's first start under `options` (None: no queue options, AWS)."""
     extra = {} if options is None else {"queue_options": options}
@@ -46,7 +51,8 @@ def starts(shares: list[dict], pool: int, options: dict | None, *rows: tuple) ->
 # instances, a has borrowed 200 instance-seconds and b 100.  Both heads wait then: q_a
 # (accepted at 150) and q_b (at 160); the other takes p_a's instance at 250.
 CHARGED = (("x", 0, 5000, 1, "a"), ("y", 0, 5000, 1, "b"), ("p_a", 0, 250, 1, "a"),
-           ("p_b", 100, 100, 1, "b"), ("q_a", 150, 100, 1, "a"), ("q_b", 160, 100, 1, "b"))  # fmt: skip
+           ("p_b", 100, 100, 1, "b"), ("q_a", 150, 100, 1, "a"),
+           ("q_b", 160, 100, 1, "b"))  # fmt: skip
 CHARGED_SHARES = [share("a"), share("b"), share("c", "LEND", 2)]
 
 
@@ -137,11 +143,13 @@ def test_queue_options_are_set_once_after_every_share_and_only_when_given():
     commands = setup_commands(config(shares, 2, queue_options=options), {"a": 1, "b": 1})
     assert [c.kind for c in commands[3:]] == ["CreateQuotaShare", "SetQuotaShareOptions",
                                               "CreateQuotaShare", "SetJobQueueOptions"]  # fmt: skip
-    assert commands[-1].options.model_dump(by_alias=True, exclude_none=True) == options
-    assert "SetJobQueueOptions" not in [c.kind for c in setup_commands(config(shares, 2), {"a": 1, "b": 1})]
-    run = simulate(trace(("j", 0, 10, 1, "a")), config(shares, 2, queue_options=options), record=True)
+    assert wire(commands[-1].options) == options
+    without = setup_commands(config(shares, 2), {"a": 1, "b": 1})
+    assert "SetJobQueueOptions" not in [c.kind for c in without]
+    run = simulate(trace(("j", 0, 10, 1, "a")), config(shares, 2, queue_options=options),
+                   record=True)  # fmt: skip
     (fact,) = [f for f in run.facts if type(f) is F.JobQueueOptionsSet]
-    assert fact.options.model_dump(by_alias=True, exclude_none=True) == options
+    assert wire(fact.options) == options
 
 
 def error_of(options: dict) -> str:
@@ -153,18 +161,79 @@ def error_of(options: dict) -> str:
 
 @pytest.mark.parametrize("options, expected", [
     ({"shareGroups": [{"name": "g", "quotaShareNames": ["a", "zz"]}]},
-     "queue_options: shareGroups.0.quotaShareNames.1 names share zz, which is not one of the shares"),
+     "queue_options: shareGroups.0.quotaShareNames.1 names share zz, which is not one of the "
+     "shares"),
     (fair(DAY, a=1, nope=2),
-     "queue_options: fairShare.weights.1.quotaShareName names share nope, which is not one of the shares"),
+     "queue_options: fairShare.weights.1.quotaShareName names share nope, which is not one of "
+     "the shares"),
     ({"idleResourceAssignmentStrategy": "FAIR_SHARE"},
      "queue_options: idleResourceAssignmentStrategy FAIR_SHARE needs fairShare"),
+    ({"idleResourceAssignmentStrategy": "FAIREST"},
+     "queue_options.idleResourceAssignmentStrategy: Input should be 'FIFO' or 'FAIR_SHARE'"),
     (fair(0), "queue_options.fairShare.halfLifeSeconds: Input should be greater than or equal to 1"),
-    ({"shareGroups": [{"name": "g", "quotaShareNames": ["a"]}, {"name": "h", "quotaShareNames": ["a"]}]},
+    ({"shareGroups": [{"name": "g", "quotaShareNames": ["a"]},
+                      {"name": "h", "quotaShareNames": ["a"]}]},
      "queue_options: quota share a is in group g and group h"),
-    ({"fairShare": {"halfLifeSeconds": 60}}, "fairShare is given but idleResourceAssignmentStrategy is not"),
+    ({"fairShare": {"halfLifeSeconds": 60}},
+     "fairShare is given but idleResourceAssignmentStrategy is not"),
     ({"groups": []}, "queue_options.groups: Extra inputs are not permitted"),
 ])  # fmt: skip
 def test_queue_option_errors_name_the_config_key(options, expected):
     message = error_of(options)
     assert message.startswith("c.yaml: invalid configuration")
     assert expected in message, message
+
+
+# -- the ITP examples: all-borrow plus the queue options the bench measures at 1,715 GPUs ----
+
+DEPARTMENTS = {"large": ["cluster04", "cluster07"],
+               "medium": ["cluster02", "cluster03", "cluster06"],
+               "small": ["cluster01", "cluster05", "cluster08", "cluster09", "cluster10"]}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def itp():
+    from quotasched.services.simulate import read_trace
+
+    return read_trace("traces/itp_2021_jobs.csv")
+
+
+def example(name: str):
+    """The example and the all-borrow configuration it must equal but for its queue options."""
+    from quotasched.services.simulate.config import load_config
+
+    variant = load_config(f"examples/simulate/{name}.yaml")
+    base = load_config("examples/simulate/itp-all-borrow.yaml")
+    assert variant.shares == base.shares and variant.environment == base.environment
+    return variant, base
+
+
+def test_the_fair_example_weighs_each_share_by_its_quota_weight():
+    variant, base = example("itp-all-borrow-fair")
+    weights = [{"quotaShareName": share.name, "weight": round(share.weight)}
+               for share in base.shares]  # fmt: skip
+    assert wire(variant.queue_options) == {"idleResourceAssignmentStrategy": "FAIR_SHARE",
+                                           "fairShare": {"halfLifeSeconds": DAY, "weights": weights}}
+
+
+def test_the_groups_example_caps_each_department_at_one_and_a_half_its_planned_quotas(itp):
+    from quotasched.services.simulate.cluster import plan
+
+    variant, base = example("itp-all-borrow-groups")
+    limits = plan(itp, base).limits
+    groups = [{"name": name, "quotaShareNames": members, "maxCapacity": [
+        {"capacityUnit": "ml.g5.xlarge", "maxCapacity": 3 * sum(limits[m] for m in members) // 2}]}
+        for name, members in DEPARTMENTS.items()]  # fmt: skip
+    assert wire(variant.queue_options) == {"idleResourceAssignmentStrategy": "FIFO",
+                                           "shareGroups": groups}  # fmt: skip
+    every = sorted(m for members in DEPARTMENTS.values() for m in members)
+    assert every == [share.name for share in base.shares]  # each team in one department
+
+
+@pytest.mark.parametrize("name", ["itp-all-borrow-fair", "itp-all-borrow-groups"])
+def test_the_queue_option_examples_run(itp, name):
+    # The core accepts the options (every share they name exists) and the first jobs run.
+    variant, _ = example(name)
+    run = simulate(itp.head(400), variant, record=True)
+    assert len([f for f in run.facts if type(f) is F.JobQueueOptionsSet]) == 1
+    assert min(run.end) > 0  # every job finished
