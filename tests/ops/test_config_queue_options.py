@@ -172,17 +172,16 @@ def test_options_left_out_of_the_file_are_turned_off():
     assert cac.plan(cac.parse(only_environment), live_of(cluster)).changes == []
 
 
-def test_live_options_naming_a_share_deleted_since_still_read_and_are_replaced():
-    """The scheduler keeps a deleted share's name in its queue's options, and refuses them
-    re-sent as they are: the live configuration still reads, and the file's options replace
-    them once the file stops naming the share."""
+def test_live_options_lose_a_share_deleted_since_and_are_replaced():
+    """A deleted share leaves its queue's options (its group, its weight): the live
+    configuration reads without it, and the file's options replace them."""
     cluster = Cluster()
     assert run_in_core(cluster, cac.plan(cac.parse(with_options(OPTIONS)), live_of(cluster))) == []
     cluster.update_share("qs2", state="DISABLED")
     cluster.command("DeleteQuotaShare", jobQueue="q", quotaShareName="qs2")
     live = live_of(cluster)
     assert ("q", "qs2") not in live.shares
-    assert live.queue_options["q"].share_groups[0].quota_share_names == ["qs1", "qs2"]
+    assert live.queue_options["q"].share_groups[0].quota_share_names == ["qs1"]
     options = copy.deepcopy(OPTIONS)
     options["shareGroups"][0]["quotaShareNames"] = ["qs1", "qs3"]
     document = with_options(options)

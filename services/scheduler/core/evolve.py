@@ -180,10 +180,35 @@ def _queue_options(state: State, fact: F.JobQueueOptionsSet) -> None:
 def _share_deleted(state: State, fact: F.QuotaShareDeleted) -> None:
     queue = state.queues[fact.job_queue]
     state.drop(queue.shares, fact.quota_share_name)
+    if queue.options is not None and fact.quota_share_name in queue.options.options.share_names():
+        _forget_share(state, queue, fact.quota_share_name)
     recompute_totals(state, queue)
     state.new_epoch(queue)
     state.mark_clean(queue, fact.quota_share_name)
     state.mark_dirty(queue)
+
+
+def _forget_share(state: State, queue: Queue, name: str) -> None:
+    """A deleted share leaves the queue's options: its group (a group left empty goes) and its
+    weight.  The queue's options read as they now are (a share created again under the name
+    is in no group and weighs 1)."""
+    state.save(queue)
+    options = queue.options.options
+    fair = options.fair_share
+    if fair is not None and fair.weights:
+        weights = [item for item in fair.weights if item.quota_share_name != name]
+        fair = fair.model_copy(update={"weights": weights or None})
+    groups = []
+    for group in options.share_groups or ():
+        members = [member for member in group.quota_share_names if member != name]
+        if members:
+            groups.append(group.model_copy(update={"quota_share_names": members}))
+    options = options.model_copy(update={"fair_share": fair, "share_groups": groups or None})
+    queue.options = queue.options.model_copy(update={"options": options})
+    queue.weights = {key: value for key, value in queue.weights.items() if key != name}
+    queue.groups = {group.name: tuple(group.quota_share_names) for group in groups}
+    queue.group_of = {member: group for member, group in queue.group_of.items() if member != name}
+    queue.group_limits = {group: caps for group, caps in queue.group_limits.items() if group in queue.groups}
 
 
 # -- jobs ------------------------------------------------------------------------------------

@@ -25,11 +25,14 @@ for it.
 
 from __future__ import annotations
 
+import math
+
 from quotasched.services.scheduler.core.accounting import borrowed_by, contribution
 from quotasched.services.scheduler.core.entities import Job, Queue, Share
 
-MAX_PERIODS = 1100
-"""Enough halvings to take any finite float charge to 0 or to its fixed point."""
+MAX_PERIODS = 2200
+"""More halvings than any finite float charge needs to reach its fixed point (an exponent of
+at most 1024, then 1074 more to go through the subnormals to 0)."""
 
 
 def borrowed_total(share: Share) -> int:
@@ -53,8 +56,11 @@ def advance(charge: tuple, half_life: int, borrowed: int, to: float) -> tuple:
     if now == period:
         return (period, current + borrowed * (to - since), past, to)
     past = (past + current + borrowed * ((period + 1) * half_life - since)) * 0.5
+    gap = min(now - period - 1, MAX_PERIODS)
+    if borrowed == 0:  # only halvings: exact in one step
+        return (now, 0.0, math.ldexp(past, -gap), to)
     whole = float(borrowed * half_life)
-    for _ in range(min(now - period - 1, MAX_PERIODS)):
+    for _ in range(gap):  # converges (the gap to the fixed point halves each time)
         halved = (past + whole) * 0.5
         if halved == past:
             break
