@@ -372,3 +372,45 @@ def test_the_group_rank_comes_first_then_the_fair_value(options, expected):
     for at, job in ((151, "o3"), (152, "x3"), (153, "p3")):
         assert dispatched_ids(c.submit(job, job[0], at=at)) == []
     assert dispatched_ids(end(c, "big", 200)) == expected
+
+
+def test_a_job_that_must_borrow_beyond_its_groups_limit_blocks_its_share():
+    """x (LEND_AND_BORROW 1) and y (LEND 1) form g1, at most 2 g5 while one borrows; l lends 4;
+    capacity 6.  wide needs 3 on x: more than x's 1, so it borrows whenever it runs, and 3 > 2
+    even with the group empty: it can never fit.  Like AWS's limits, it blocks x
+    (QUOTA_MANAGEMENT_LIMIT_EXCEEDED, naming the group's limits), and the queue's 600 s time
+    limit for that reason terminates it at 1 + 600 = 601; small (1, x's own quota), behind it,
+    is dispatched then.  Lifting the limit (options off) lets a 3-instance job through at once."""
+    c = cluster(6, groups(("x", "y"), cap=2), x=BORROWER, y=("LEND", 1), l=("LEND", 4))
+    c.command("UpdateJobQueue", jobQueue="q", jobStateTimeLimitActions=[{
+        "state": "RUNNABLE", "action": "TERMINATE", "maxTimeSeconds": 600,
+        "reason": "MISCONFIGURATION:QUOTA_MANAGEMENT_LIMIT_EXCEEDED"}])  # fmt: skip
+    blocked = only(c.submit("wide", "x", n=3, at=1), F.ShareBlocked)
+    assert blocked.reason.value == "MISCONFIGURATION:QUOTA_MANAGEMENT_LIMIT_EXCEEDED"
+    assert "share group's capacity limits" in blocked.status_reason
+    assert dispatched_ids(c.submit("small", "x", at=2)) == []
+    fired = c.tick(1000)
+    assert c.status("wide") == "FAILED" and dispatched_ids(fired) == ["small"]
+    assert dispatch_of(fired, "small").at == 601
+
+    again = cluster(6, groups(("x", "y"), cap=2), x=BORROWER, y=("LEND", 1), l=("LEND", 4))
+    assert kinds(again.submit("wide", "x", n=3, at=1))[-1] == "ShareBlocked"
+    facts = again.queue_options(at=2)
+    assert kinds(facts)[-1] == "JobDispatched" and dispatch_of(facts, "wide").at == 2
+
+
+def test_a_deleted_share_leaves_its_group_and_its_weight():
+    """a and b form g1 and b weighs 5.  Deleting b leaves g1 = [a] and no weight in the
+    queue's options as they read; a share b created again is in no group and weighs 1, and
+    the options as read can be sent again as they are."""
+    c = cluster(4, {**groups(("a", "b")), **fair(60, b=5)}, a=BORROWER, b=("LEND", 1))
+    c.update_share("b", state="DISABLED")
+    c.command("DeleteQuotaShare", jobQueue="q", quotaShareName="b")
+    queue = c.state.queues["q"]
+    options = queue.options.options
+    assert [group.quota_share_names for group in options.share_groups] == [["a"]]
+    assert options.fair_share.weights is None and queue.weights == {} and queue.group_of == {"a": "g1"}
+    c.share("b", "LEND", g5=1)
+    assert "b" not in queue.group_of
+    again = c.queue_options(**options.model_dump(mode="json", by_alias=True, exclude_none=True))
+    assert kinds(again) == ["JobQueueOptionsSet"]

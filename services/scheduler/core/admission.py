@@ -27,6 +27,10 @@ BORROWABLE_EXCEEDED = (
     "MISCONFIGURATION:QUOTA_MANAGEMENT_LIMIT_EXCEEDED - "
     "Job requires borrowing that exceeds all configured borrowable capacity."
 )
+GROUP_EXCEEDED = (
+    "MISCONFIGURATION:QUOTA_MANAGEMENT_LIMIT_EXCEEDED - "
+    "Job requires borrowing beyond its share group's capacity limits."
+)  # quotasched's share groups, an option beyond AWS (fairshare.py)
 CAPACITY_BOUNCED = (
     "CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY - Unable to provision requested compute resources"
 )
@@ -56,4 +60,18 @@ def blocked_reason(environment: Environment, queue: Queue, share: Share, need: N
         others = queue.lendable.get(unit, 0) - share.lendable(unit)
         if quantity - limit > others:
             return BlockedReason.QUOTA_MANAGEMENT_LIMIT_EXCEEDED, BORROWABLE_EXCEEDED
+        # A job that borrows whenever it runs (more than the share's limit) must fit its
+        # share group's cap (an option beyond AWS), however little the other members hold.
+        if quantity > limit and quantity > _group_cap(queue, share, unit):
+            return BlockedReason.QUOTA_MANAGEMENT_LIMIT_EXCEEDED, GROUP_EXCEEDED
     return None
+
+
+def _group_cap(queue: Queue, share: Share, unit: str) -> int:
+    group = queue.group_of.get(share.name)
+    caps = None if group is None else queue.group_limits.get(group)
+    cap = None if caps is None else caps.get(unit)
+    return MAX_CAP if cap is None else cap
+
+
+MAX_CAP = 1 << 62  # no group cap

@@ -173,6 +173,7 @@ def _queue_options(state: State, fact: F.JobQueueOptionsSet) -> None:
     queue.group_limits = {group.name: {item.capacity_unit: item.max_capacity for item in group.max_capacity}
                           for group in groups if group.max_capacity}  # fmt: skip
     queue.options = fact
+    state.new_epoch(queue)  # a group's limit decides whether a job can ever fit (admission)
     state.mark_dirty(queue)  # a group limit lifted may let a waiting borrower through
 
 
