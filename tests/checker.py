@@ -38,7 +38,14 @@ What is checked, per command (numbers as in issue 18's brief):
     dispatch); borrowers first come first served (a borrower's plain dispatch passes no
     earlier-accepted borrower head that fits by plain dispatch; a borrower's in-share
     preemption passes no borrower head that fits by plain dispatch); owners in share order
-    (no owner is dispatched while an owner head ranked before it fits by plain dispatch);
+    (no owner is dispatched while an owner head ranked before it fits by plain dispatch).
+    Under the queue's options beyond AWS (SetJobQueueOptions) a borrower's plain dispatch
+    passes no borrower head that fits by plain dispatch and comes before it by
+    (group rank, D(now) / weight, acceptance): group rank 0 when the other members of the
+    head's share group have idle lendable capacity for all it borrows, unit by unit; D the
+    share's FAIR_SHARE charge, computed here from the facts (`Charge`: instance-seconds beyond
+    its limits per period of H seconds from time 0, halved at each period boundary), equal
+    values up to rounding (`_close`) allowing either order;
  7. stability (ruling 4): after each command no share's head fits by plain dispatch;
  9. options beyond AWS (SetQuotaShareOptions, docs/options.md), per victim's share: no
     victim is preempted before its dispatch + minRuntimeBeforePreemptionSeconds; no more than
@@ -49,16 +56,21 @@ What is checked, per command (numbers as in issue 18's brief):
     dispatched with the live attempt and the count/outcome of
     preemptionRetriesBeforeTermination, nothing after SUCCEEDED/FAILED, status changes only
     along the lifecycle, a blocked share names its head, facts about known jobs only, one
-    commandSeq per command and increasing, `at` never going backwards (rulings 9, 13).
+    commandSeq per command and increasing, `at` never going backwards (rulings 9, 13);
+10. share groups' caps (SetJobQueueOptions): a dispatch that borrows a unit (takes its share
+    beyond its own limit in it) leaves its share group's total usage of the unit within the
+    group's maxCapacity for it; dispatches within the share's own limit are never held to it.
 
 "Fits by plain dispatch" (`_fits`) is rules 1-3 together, as the spec states them (3.4 rules
-1-2, 3.7, rulings 1-3), never preempting anything.
+1-2, 3.7, rulings 1-3), and a borrowing share's group cap (10), never preempting anything: a
+borrower the cap alone holds back is not "left waiting" (7) nor passed over (6).
 
 What is deliberately not checked (conservative, to never report a false violation):
  - the exact victim ranking of 3.5 and ruling 10's single-victim preference (5 checks only
    eligibility and minimality, which every valid choice satisfies);
  - ruling 12's FIFO among borrowers that preempt in their own share (it would need the
-   victim search itself), beyond "no borrower head fits by plain dispatch";
+   victim search itself), beyond "no borrower head fits by plain dispatch" (likewise the
+   options' order among borrowers that preempt in their own share);
  - that an owner's reclaim or in-share preemption was chosen over a later-ranked owner's;
  - static admissibility (which reason a ShareBlocked gives): a blocked head can never fit by
    the rules above, so stability covers it without repeating the core's reason logic;
@@ -108,6 +120,7 @@ class Share:
     budget: tuple[int, float] | None = None
     preempted_at: list[float] = field(default_factory=list)  # while budgeted
     lending: dict[str, int] = field(default_factory=dict)  # unit -> most of its idle it lends
+    charge: Charge | None = None  # its borrowing so far, while its queue is FAIR_SHARE (6)
 
     def limit(self, unit: str) -> int:
         return self.limits.get(unit, 0)
@@ -123,6 +136,14 @@ class Queue:
     enabled: bool
     shares: dict[str, Share] = field(default_factory=dict)  # existing shares, creation order
     usage: dict[str, int] = field(default_factory=dict)  # every dispatched job of the queue
+    # its options beyond AWS (SetJobQueueOptions, 6 and 10); all off: AWS's FIFO
+    half_life: int | None = None  # FAIR_SHARE's half-life in seconds; None: FIFO
+    weights: dict[str, int] = field(default_factory=dict)  # share name -> weight (else 1)
+    groups: dict[str, tuple[str, ...]] = field(default_factory=dict)  # group -> member names
+    caps: dict[str, dict[str, int]] = field(default_factory=dict)  # group -> unit -> maxCapacity
+
+    def group_of(self, share: Share) -> str | None:
+        return next((name for name, members in self.groups.items() if share.name in members), None)
 
 
 @dataclass(eq=False)
@@ -152,11 +173,80 @@ def _percent(sharing: dict[str, Any]) -> int | None:
     return None if value is None or value == -1 else int(value)
 
 
+def _lendable(share: Share, unit: str, used: int) -> int:
+    """The idle quota a share lends at usage `used`: max(0, L - U) for LEND and
+    LEND_AND_BORROW, up to its lending limit (9); RESERVE lends nothing (4)."""
+    if share.strategy not in LENDERS:
+        return 0
+    spare = max(0, share.limit(unit) - used)
+    return min(spare, share.lending[unit]) if unit in share.lending else spare
+
+
 def _need(items: list[dict[str, Any]]) -> dict[str, int]:
     need: dict[str, int] = {}
     for item in items or []:
         need[item["capacityUnit"]] = need.get(item["capacityUnit"], 0) + int(item["quantity"])
     return need
+
+
+# -- FAIR_SHARE's charge (6) -----------------------------------------------------------------
+#
+# Written from the definition, not from the core's recurrence: a share's charge keeps what it
+# borrowed in each period of H seconds (period k is [kH, (k+1)H), counted from time 0), and
+# D(t) = sum over periods j of C[j] / 2**(k - j), k the period of t.  Exact fractions; the
+# order check still allows for the core's float rounding (`_close`).
+
+KEPT_PERIODS = 128
+"""Periods a charge keeps: an older one counts for at most 2**-128 of itself, far below the
+order check's tolerance."""
+
+TOLERANCE = Fraction(1, 10**9)
+"""Relative difference under which two D/weight values are a tie (either order is right)."""
+
+FLOOR = Fraction(1, 10**12)
+"""Absolute difference under which they are a tie too (a charge decayed to almost nothing)."""
+
+
+@dataclass(frozen=True)
+class Charge:
+    """What a share borrowed per period (instance-seconds), accrued up to `since`; `charged`:
+    it borrowed at all since its charge started (else D is exactly 0 in any arithmetic)."""
+
+    since: float
+    periods: dict[int, Fraction] = field(default_factory=dict)
+    charged: bool = False
+
+
+def beyond_limits(share: Share) -> int:
+    """B: the instances the share holds beyond its own limits, summed over units."""
+    return sum(max(0, used - share.limit(unit)) for unit, used in share.usage.items())
+
+
+def accrued(charge: Charge, half_life: int, borrowed: int, to: float) -> Charge:
+    """The charge after the share held `borrowed` instances beyond its limits from
+    `charge.since` to `to`: each period the interval overlaps gains borrowed x the overlap."""
+    if to <= charge.since:
+        return charge
+    last = int(to // half_life)
+    periods = {k: c for k, c in charge.periods.items() if k >= last - KEPT_PERIODS}
+    if borrowed:
+        start, end = Fraction(charge.since), Fraction(to)
+        for k in range(max(int(charge.since // half_life), last - KEPT_PERIODS), last + 1):
+            overlap = min(end, (k + 1) * half_life) - max(start, k * half_life)
+            if overlap > 0:
+                periods[k] = periods.get(k, Fraction(0)) + borrowed * overlap
+    return Charge(to, periods, charge.charged or bool(borrowed))
+
+
+def decayed(charge: Charge, half_life: int, now: float) -> Fraction:
+    """D(now): each period's charge halved once per period boundary since."""
+    k = int(now // half_life)
+    return sum((c / 2 ** max(0, k - j) for j, c in charge.periods.items()), Fraction(0))
+
+
+def _close(a: Fraction, b: Fraction) -> bool:
+    """Equal up to rounding: the core computes D in floats, this checker exactly."""
+    return abs(a - b) <= TOLERANCE * max(abs(a), abs(b)) + FLOOR
 
 
 # -- the checker -----------------------------------------------------------------------------
@@ -216,12 +306,23 @@ class IndependentChecker:
         if self.last_at is not None and at < self.last_at:  # rulings 9 and 13
             self._bad(f"{kind} at {at} goes back in time from {self.last_at}")
         self.last_at = max(at, self.last_at or at)
+        self._accrue(at)  # what was borrowed up to this fact, before the fact changes it
         if self._victims and kind not in ("JobPreempted", "JobDispatched"):
             # A preemption frees capacity for the dispatch that follows it at once (ruling 5).
             self._bad(f"{kind} between preemptions and the dispatch they make room for")
         handler = getattr(self, f"_on_{kind}", None)
         if handler is not None:  # CommandRejected, SchedulingPolicyCreated: no model change
             handler(fact)
+
+    def _accrue(self, at: float) -> None:
+        """Bring every FAIR_SHARE charge up to `at`: usage and limits only change at facts, so
+        each share's B was constant since the previous one."""
+        for queue in self.queues.values():
+            if queue.half_life is None:
+                continue
+            for share in queue.shares.values():
+                if share.charge is not None:
+                    share.charge = accrued(share.charge, queue.half_life, beyond_limits(share), at)
 
     def _on_ServiceEnvironmentCreated(self, fact) -> None:
         self._on_ServiceEnvironmentUpdated(fact)
@@ -247,6 +348,8 @@ class IndependentChecker:
         share = queue.shares.get(name)
         if share is None:
             share = queue.shares[name] = Share(name, limits, "", 0, False, True)
+            if queue.half_life is not None:  # a new share's charge starts at 0
+                share.charge = Charge(float(fact["at"]))
         share.limits = limits
         share.strategy = sharing["strategy"]
         share.percent = _percent(sharing)
@@ -267,6 +370,32 @@ class IndependentChecker:
             share.preempted_at = []
         share.lending = {item["capacityUnit"]: int(item["maxCapacity"])
                          for item in options.get("lendingLimits") or []}  # fmt: skip
+
+    def _on_JobQueueOptionsSet(self, fact) -> None:
+        """The queue's options beyond AWS, replaced as a whole: FAIR_SHARE's half-life and
+        weights (charges start at 0 with a new half-life, end without one) and share groups."""
+        queue = self.queues[fact["jobQueue"]]
+        options = fact["options"] or {}
+        fair = options.get("fairShare")
+        if (options.get("idleResourceAssignmentStrategy") == "FAIR_SHARE") != (fair is not None):
+            self._bad(f"queue options of {queue.name}: FAIR_SHARE and fairShare go together, got {options}")
+        half_life = None if fair is None else int(fair["halfLifeSeconds"])
+        if half_life != queue.half_life:
+            for share in queue.shares.values():
+                share.charge = None if half_life is None else Charge(float(fact["at"]))
+        queue.half_life = half_life
+        queue.weights = {item["quotaShareName"]: int(item["weight"]) for item in (fair or {}).get("weights") or []}
+        groups = options.get("shareGroups") or []
+        queue.groups = {group["name"]: tuple(group["quotaShareNames"]) for group in groups}
+        queue.caps = {group["name"]: {item["capacityUnit"]: int(item["maxCapacity"])
+                                      for item in group.get("maxCapacity") or []}
+                      for group in groups}  # fmt: skip
+        named = set(queue.weights) | {name for members in queue.groups.values() for name in members}
+        missing = sorted(named - set(queue.shares))
+        members = [name for group in groups for name in group["quotaShareNames"]]
+        if missing or len(members) != len(set(members)):
+            self._bad(f"queue options of {queue.name} name shares that do not exist {missing} or "
+                      f"put a share in two groups {members}")  # fmt: skip
 
     def _on_QuotaShareDeleted(self, fact) -> None:
         queue = self.queues[fact["jobQueue"]]
@@ -445,6 +574,12 @@ class IndependentChecker:
                           f"lenders' idle capacity by {after_deficit} (was {before_deficit})")  # fmt: skip
         if borrowed != expected:
             self._bad(f"{job.id} records borrowed {borrowed}, the part beyond {share.name}'s limit is {expected}")
+        for unit in expected:  # 10. a borrowing dispatch keeps its share's group within its cap
+            room = self._group_cap(queue, share, unit)
+            if room is not None and room[1] + job.need[unit] > room[2]:
+                group, held, cap = room
+                self._bad(f"rule 10 (group cap): {job.id} of {share.name} borrows {unit} and takes "
+                          f"group {group} to {held + job.need[unit]} of it, over its maxCapacity {cap}")  # fmt: skip
 
     # -- the arithmetic of rules 1-3 ---------------------------------------------------------
 
@@ -459,10 +594,23 @@ class IndependentChecker:
                 used -= removed.get(id(share), {}).get(unit, 0)
             limit = share.limit(unit)
             beyond += max(0, used - limit)
-            if share.strategy in LENDERS:
-                spare = max(0, limit - used)  # lent, up to its lending limit (9)
-                idle += min(spare, share.lending[unit]) if unit in share.lending else spare
+            idle += _lendable(share, unit, used)
         return beyond - idle
+
+    def _group_cap(self, queue: Queue, share: Share, unit: str,
+                   removed: dict[int, dict[str, int]] | None = None) -> tuple[str, int, int] | None:  # fmt: skip
+        """10: (group, what its members hold of `unit`, the group's maxCapacity of it) when
+        `share` is in a group with a cap on `unit`, with `removed[id(share)]` freed; else None."""
+        group = queue.group_of(share)
+        cap = None if group is None else queue.caps[group].get(unit)
+        if cap is None:
+            return None
+        held = 0
+        for name in queue.groups[group]:
+            member = queue.shares.get(name)
+            if member is not None:
+                held += member.used(unit) - ((removed or {}).get(id(member), {}).get(unit, 0))
+        return group, held, cap
 
     def _fits(self, queue: Queue, job: Job, removed: list[Job] = ()) -> bool:  # type: ignore[assignment]
         """Would `job` fit by plain dispatch (rules 1-3), with the `removed` jobs' capacity
@@ -490,6 +638,9 @@ class IndependentChecker:
                 if share.strategy != "LEND_AND_BORROW" or unit not in share.limits:
                     return False
                 if share.percent is not None and used + n > limit + limit * share.percent // 100:
+                    return False
+                room = self._group_cap(queue, share, unit, freed)  # 10: only when it borrows
+                if room is not None and room[1] + n > room[2]:
                     return False
             before = self._deficit(queue, unit, removed=freed)
             after = self._deficit(queue, unit, share, n, removed=freed)
@@ -538,11 +689,59 @@ class IndependentChecker:
             elif not owner and rival_owner:
                 self._bad(f"borrower {job.id} dispatched while {rival.id} of {other.name} fits "
                           f"within its own limit: owners first (ruling 7)")  # fmt: skip
-            elif not owner and not rival_owner and (reason is not None or rival.accepted < job.accepted):
-                self._bad(f"borrower {job.id} (accepted #{job.accepted}) dispatched"
-                          + (" by in-share preemption" if reason else "")
-                          + f" while borrower {rival.id} (accepted #{rival.accepted}) of "
-                          f"{other.name} fits by plain dispatch: FIFO (rulings 7, 8, 12)")  # fmt: skip
+            elif not owner and not rival_owner:
+                why = ("plain dispatch comes before any borrower's in-share preemption" if reason is not None
+                       else self._borrower_first(queue, (other, rival), (share, job)))  # fmt: skip
+                if why:
+                    self._bad(f"rule 6 (borrower order): borrower {job.id} of {share.name} (accepted "
+                              f"#{job.accepted}) dispatched" + (" by in-share preemption" if reason else "")
+                              + f" while borrower {rival.id} of {other.name} (accepted #{rival.accepted}) "
+                              f"fits by plain dispatch and comes first: {why} (rulings 7, 8, 12)")  # fmt: skip
+
+    def _borrower_first(self, queue: Queue, first: tuple[Share, Job], then: tuple[Share, Job]) -> str | None:
+        """Why borrower head `first` must be served before `then` (6), or None if it need not.
+        The order (options beyond AWS, docs/options.md; AWS's FIFO with none):
+        1. (share groups) a head whose own group lends all it borrows, before the others;
+        2. (FAIR_SHARE) lower D(now) / weight, a tie up to rounding allowing either order
+           (exactly 0 for both, when neither share borrowed since its charge started, is a tie
+           the next criterion decides);
+        3. earlier acceptance (FIFO); distinct heads never tie on it, so the share name, the
+           core's last criterion, never decides."""
+        lent = [self._lent_inside(queue, share, head) for share, head in (first, then)]
+        if lent[0] != lent[1]:
+            return (f"its group {queue.group_of(first[0])} lends all it borrows (group rank)"
+                    if lent[0] else None)  # fmt: skip
+        charges = [share.charge for share, _ in (first, then)]
+        if queue.half_life is not None and any(charge is not None and charge.charged for charge in charges):
+            mine, theirs = (self._fair_value(queue, share) for share, _ in (first, then))
+            if _close(mine, theirs) or mine > theirs:
+                return None
+            return (f"its share's decayed borrowing per weight is lower, {float(mine):.6g} < "
+                    f"{float(theirs):.6g} (FAIR_SHARE)")  # fmt: skip
+        if first[1].accepted < then[1].accepted:
+            return "FIFO, it was accepted first" + (" and the charges are equal" if queue.half_life else "")
+        return None
+
+    def _fair_value(self, queue: Queue, share: Share) -> Fraction:
+        """D(now) / weight of a share under FAIR_SHARE (charges are accrued up to now)."""
+        value = Fraction(0) if share.charge is None else decayed(share.charge, queue.half_life, self.last_at)
+        return value / queue.weights.get(share.name, 1)
+
+    def _lent_inside(self, queue: Queue, share: Share, head: Job) -> bool:
+        """Group rank 0: the head's share is in a group whose OTHER members' idle lendable
+        capacity covers, unit by unit, all the head would borrow (its need beyond the share's
+        limit)."""
+        group = queue.group_of(share)
+        if group is None:
+            return False
+        members = [queue.shares[name] for name in queue.groups[group]
+                   if name != share.name and name in queue.shares]  # fmt: skip
+        for unit, n in head.need.items():
+            used, limit = share.used(unit), share.limit(unit)
+            borrows = max(0, used + n - limit) - max(0, used - limit)
+            if borrows and sum(_lendable(member, unit, member.used(unit)) for member in members) < borrows:
+                return False
+        return True
 
     # -- 5: the victims ----------------------------------------------------------------------
 
