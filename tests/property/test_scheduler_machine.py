@@ -8,7 +8,9 @@ happen, 1-4 instances, sometimes a unit the share does not list or a second unit
 preemptionRetriesBeforeTermination, retryStrategy or an attempt timeout), update priorities,
 report executor statuses (sometimes for a stale attempt), terminate, change shares (limits,
 strategy, state, in-share preemption), grow/shrink/disable the service environment, delete
-disabled shares, create shares, and move logical time forward (and sometimes backwards).
+disabled shares, create shares, set the options beyond AWS on a share or a queue (FAIR_SHARE
+with small half-lives and weights, share groups with or without caps, or all off), and move
+logical time forward (and sometimes backwards).
 
 Every command is JSON, sent through `tests.builders.Cluster` (decode_command + step, with
 check_state, the DecisionAuditor, check_stable and decide/step agreement after each command).
@@ -21,7 +23,11 @@ emitted facts with none of the implementation's code, and checks every fact agai
   LEND_AND_BORROW idle capacity and never made worse (ruling 1; RESERVE idle and unowned SE
   capacity do not count), `borrowed` = the part beyond the share's limit, head-of-line order
   inside the share (3.3, ruling 8), pass order owners-then-borrowers / FIFO (ruling 7),
-  no dispatch while the service environment is DISABLED;
+  no dispatch while the service environment is DISABLED; under a queue's options, a
+  borrowing share's group within its maxCapacity in every fit, and the order between
+  borrowers left to the independent checker (tests/checker.py rule 6 computes the decayed
+  charges and group ranks from the facts; the shadow keeps only "plain dispatch before a
+  borrower's in-share preemption");
 * preemption: last resort (3.4 rule 7), minimal victim set (ruling 6), in-share victims strictly
   lower priority in the same share with in-share ENABLED, cross-share victims from other shares
   that were over their limit (Bor > 0) in a contested unit, never for a preemptor that would
@@ -32,6 +38,12 @@ emitted facts with none of the implementation's code, and checks every fact agai
 * after each command: the shadow agrees with the implementation's state (statuses, attempts,
   counts, usage; no job both dispatched and queued), no head job is left that could still be
   placed (ruling 4, recomputed independently), and `decide` left `canonical_state` untouched.
+
+`test_borrowers_compete_under_queue_options` drives one queue where borrowers of several
+shares wait for a lender's few instances and compete for each one freed, FIFO or under random
+queue options: the machine's random configurations almost never line up two waiting
+borrowers that both fit (none in its 300 fixed examples), so the order between borrowers is
+put to the test there.
 
 `test_replay_equivalence_machine` runs the same rules and checks, after every command, replay
 equivalence `canonical_state(fold(all facts so far)) == canonical_state(live state)`.  The
@@ -65,7 +77,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from hypothesis import HealthCheck, Phase, seed, settings
+from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -185,6 +197,19 @@ class SQueue:
     env: str
     time_limits: dict[str, int]
     shares: dict[str, SShare] = field(default_factory=dict)
+    # options beyond AWS (SetJobQueueOptions): FAIR_SHARE or share groups order borrowers by
+    # (group rank, decayed borrowing per weight, acceptance), which the independent checker
+    # computes (tests/checker.py rule 6); a group's cap is checked here as well (`misfit`)
+    ordered: bool = False
+    groups: dict[str, tuple[str, ...]] = field(default_factory=dict)  # group -> member names
+    caps: dict[str, dict[str, int]] = field(default_factory=dict)  # group -> unit -> maxCapacity
+
+    def group_cap(self, share: str, unit: str) -> tuple[str, int] | None:
+        """(its group, the group's maxCapacity of `unit`) when `share` is in a capped group."""
+        for group, members in self.groups.items():
+            if share in members and unit in self.caps.get(group, {}):
+                return group, self.caps[group][unit]
+        return None
 
 
 @dataclass
@@ -265,6 +290,13 @@ class Shadow:
                 if ceiling is not None and used + n > limit + ceiling:
                     return (f"{share_name} would use {used + n} {unit}, beyond limit {limit} + "
                             f"borrow ceiling {ceiling}")  # fmt: skip
+                capped = q.group_cap(share_name, unit)
+                if capped is not None:  # only a borrowing dispatch is held to its group's cap
+                    group, cap = capped
+                    held = sum(use.get((member, unit), 0) for member in q.groups[group])
+                    if held + n > cap:
+                        return (f"{share_name} borrows {unit} and its group {group} would hold "
+                                f"{held} + {n}, over its maxCapacity {cap}")  # fmt: skip
             idle_before = share.lends_idle(unit, used)
             idle_after = share.lends_idle(unit, used + n)
             before = self.deficit(queue, use, unit)
@@ -407,6 +439,50 @@ def queue_configs(draw, index: int) -> dict[str, Any]:
     time_limits = draw(st.lists(st.sampled_from(REASONS), unique=True, max_size=2))
     return {"units": units, "shares": shares, "capacity": capacity,
             "time_limits": {reason: 600 for reason in time_limits}}  # fmt: skip
+
+
+QUEUE_OPTION_DRAWS = {
+    "half_life": st.sampled_from([None, 1, 7, 60, 600]),  # small: charges decay within a run
+    "weights": st.lists(st.tuples(PICK, st.integers(1, 4)), max_size=3),
+    "groups": st.lists(st.tuples(st.lists(PICK, min_size=1, max_size=3),
+                                 st.sampled_from([None, 0, 1, 2, 4, 6]), PICK), max_size=2),
+}  # fmt: skip
+
+
+def queue_options(names: list[str], units: list[str], half_life: int | None,
+                  weights: list[tuple[int, int]], groups: list[tuple[list[int], int | None, int]]) -> dict[str, Any]:  # fmt: skip
+    """SetJobQueueOptions' options from drawn picks over `names`: FAIR_SHARE with `half_life`
+    (None: FIFO) and weights on the picked shares; groups of picked shares (each share in one
+    group at most), with or without a cap on one of `units`; {} when all are off."""
+    options: dict[str, Any] = {}
+    if half_life is not None:
+        chosen = {names[pick % len(names)]: weight for pick, weight in weights}
+        fair: dict[str, Any] = {"halfLifeSeconds": half_life}
+        if chosen:
+            fair["weights"] = [{"quotaShareName": name, "weight": w} for name, w in chosen.items()]
+        options.update(idleResourceAssignmentStrategy="FAIR_SHARE", fairShare=fair)
+    taken: set[str] = set()
+    wire = []
+    for picks, cap, unit in groups:
+        picked = dict.fromkeys(names[pick % len(names)] for pick in picks)
+        members = [name for name in picked if name not in taken]
+        if not members:
+            continue
+        taken.update(members)
+        group: dict[str, Any] = {"name": f"g{len(wire)}", "quotaShareNames": members}
+        if cap is not None:
+            group["maxCapacity"] = _limits({units[unit % len(units)]: cap})
+        wire.append(group)
+    if wire:
+        options["shareGroups"] = wire
+    return options
+
+
+def named_shares(options: dict[str, Any]) -> set[str]:
+    """Every share the queue options name (each must exist, or the command is refused)."""
+    weights = options.get("fairShare", {}).get("weights", [])
+    groups = options.get("shareGroups", [])
+    return {item["quotaShareName"] for item in weights} | {name for g in groups for name in g["quotaShareNames"]}
 
 
 def _limits(mapping: dict[str, int]) -> list[dict[str, Any]]:
@@ -836,6 +912,21 @@ class SchedulerMachine(RuleBasedStateMachine):
         self.send({"kind": "SetQuotaShareOptions", "jobQueue": queue, "quotaShareName": share,
                    "options": options}, share not in self.shadow.queues[queue].shares)  # fmt: skip
 
+    @rule(q=PICK, stale=st.sampled_from([False] * 9 + [True]), **QUEUE_OPTION_DRAWS)
+    def set_queue_options(self, q, half_life, weights, groups, stale) -> None:
+        """Options beyond AWS on one queue (SetJobQueueOptions): FAIR_SHARE with a small
+        half-life (charges decay within a run) and weights on some shares, share groups with
+        or without a cap on one unit, or all off; refused when it names a deleted share."""
+        queue = sorted(self.shadow.queues)[q % len(self.shadow.queues)]
+        names = list(self.shadow.queues[queue].shares)
+        if stale or not names:
+            names += self.deleted.get(queue, [])
+        if not names:
+            return
+        options = queue_options(names, self.units[queue], half_life, weights, groups)
+        self.send({"kind": "SetJobQueueOptions", "jobQueue": queue, "options": options},
+                  not named_shares(options) <= set(self.shadow.queues[queue].shares))  # fmt: skip
+
     @rule(dt=st.sampled_from([0, 1, 30, 300, 650, 2000, -5]))
     def tick(self, dt) -> None:
         if dt < 0:  # a late command: its logical time is clamped (ruling 9)
@@ -977,6 +1068,19 @@ class Checker:
         if got != options:
             _fail("rules", f"options recorded {got}, the command set {options}")
 
+    def on_JobQueueOptionsSet(self, fact) -> None:
+        self._direct(fact)
+        options = self.command["options"]
+        queue = self.shadow.queues[fact.job_queue]
+        groups = options.get("shareGroups", [])
+        queue.ordered = "fairShare" in options or bool(groups)
+        queue.groups = {group["name"]: tuple(group["quotaShareNames"]) for group in groups}
+        queue.caps = {group["name"]: {item["capacityUnit"]: item["maxCapacity"] for item in group["maxCapacity"]}
+                      for group in groups if "maxCapacity" in group}  # fmt: skip
+        got = fact.options.model_dump(by_alias=True, exclude_none=True)
+        if got != {"idleResourceAssignmentStrategy": "FIFO", **options}:
+            _fail("rules", f"queue options recorded {got}, the command set {options}")
+
     def on_QuotaShareDeleted(self, fact) -> None:
         self._direct(fact)
         queue = self.shadow.queues[fact.job_queue]
@@ -1051,6 +1155,9 @@ class Checker:
             lendable = sum(s.lends_idle(unit, 0) for s in queue.shares.values()
                            if s.lends and s is not share)  # fmt: skip
             if n - limit > lendable:
+                return False
+            capped = queue.group_cap(share.name, unit)  # it always borrows: its group's cap
+            if capped is not None and n > capped[1]:
                 return False
         return True
 
@@ -1236,10 +1343,11 @@ class Checker:
                     _fail("order", f"borrower {job.id} placed while owner {head.id} of {share} could be "
                           f"placed by {how} (ruling 7: owners first)")  # fmt: skip
                 continue
-            if (head.seq < job.seq or in_share) and not shadow.misfit(queue, share, head.need):
+            fifo = not shadow.queues[queue].ordered  # else the checker's rule 6 orders them
+            if (in_share or (fifo and head.seq < job.seq)) and not shadow.misfit(queue, share, head.need):
                 _fail("order", f"borrower {job.id} (#{job.seq}) placed while borrower {head.id} "
                       f"(#{head.seq}) fits by plain dispatch (ruling 7b, FIFO)")  # fmt: skip
-            if in_share and head.seq < job.seq and shadow.in_share_set(queue, head, now):
+            if fifo and in_share and head.seq < job.seq and shadow.in_share_set(queue, head, now):
                 _fail("order", f"borrower {job.id} preempted in-share before earlier borrower {head.id} could (ruling 7c)")
 
 
@@ -1311,6 +1419,61 @@ def test_replay_equivalence_machine():
     """canonical_state(fold(all facts so far)) == canonical_state(live state), every step."""
     examples = max(1, MACHINE_SETTINGS.max_examples // 2)  # fewer checks to exercise here
     run_state_machine_as_test(ReplayMachine, settings=settings(MACHINE_SETTINGS, max_examples=examples))
+
+
+@st.composite
+def contention_stories(draw) -> tuple[list[bool], int, list]:
+    """2-4 LEND_AND_BORROW shares of one instance each (in-share preemption on or off) and a
+    LEND share `l` of 1-3, in an environment of exactly their sum, under random queue
+    options; then 4-20 steps at random intervals: a round of submissions (one job to every
+    share, in a random order, of one priority 0-2: a borrower's when its share is full), the
+    end of one or two running jobs, or new options."""
+    shares, lent = draw(st.integers(2, 4)), draw(st.integers(1, 3))
+    in_share = draw(st.lists(st.booleans(), min_size=shares, max_size=shares))
+    names = [f"b{index}" for index in range(shares)] + ["l"]
+    options = st.fixed_dictionaries(QUEUE_OPTION_DRAWS).map(
+        lambda drawn: queue_options(names, ["ml.g5.xlarge"], **drawn))  # fmt: skip
+    step = st.tuples(st.sampled_from(["round", "finish", "finish", "options"]), st.permutations(names),
+                     st.lists(PICK, min_size=1, max_size=2), st.sampled_from([0, 1, 3, 10, 60, 300]),
+                     options, st.integers(0, 2))  # fmt: skip
+    return in_share, lent, [draw(options)] + draw(st.lists(step, min_size=4, max_size=20))
+
+
+@settings(MACHINE_SETTINGS, max_examples=int(os.environ.get("QUOTASCHED_CONTENTION_EXAMPLES", "150")))
+@given(story=contention_stories())
+def test_borrowers_compete_under_queue_options(story) -> None:
+    """Borrowers wait for the lender's one to three instances and compete for each instance
+    a finishing job frees, under FAIR_SHARE (small half-lives, weights), share groups (with
+    caps) or neither, changed mid-run.  The machine's random configurations rarely line up
+    two waiting borrowers of different shares; here most releases do.  Every command runs the
+    core's invariants and the independent checker (tests/builders.py), whose rule 6
+    recomputes the charges and the order, and rule 10 the group caps, from the facts alone."""
+    in_share, lent, steps = story
+    c = Cluster()
+    c.environment(g5=len(in_share) + lent)
+    c.queue()
+    for index, preempts in enumerate(in_share):
+        c.share(f"b{index}", "LEND_AND_BORROW", in_share=preempts, g5=1)
+    c.share("l", "LEND", g5=lent)
+    c.queue_options(**steps[0])
+    jobs: list[str] = []
+    try:
+        for kind, order, picks, dt, options, priority in steps[1:]:
+            c.at += dt
+            if kind == "round":
+                for name in order:
+                    jobs.append(f"j{len(jobs)}")
+                    c.submit(jobs[-1], name, priority=priority)
+            elif kind == "finish":
+                for pick in picks:
+                    running = [job for job in jobs if c.status(job) in DISPATCHED]
+                    if running:
+                        c.finish(running[pick % len(running)])
+            else:
+                c.queue_options(**options)
+    except AssertionError as error:
+        error.add_note("facts:\n" + "\n".join(encode(fact) for fact in c.facts))
+        raise
 
 
 # -- minimal reproductions of what the machine found -------------------------------------------
