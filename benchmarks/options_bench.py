@@ -29,7 +29,8 @@ first start p50 / p95, total time queued p95, preemptions, jobs preempted, the m
 preemptions of one job, GPU-hours lost, and lost GPU-hours and first-start p95 against the
 baseline at the same pool.  Then per team: first-start p95 for every run at each pool where
 some team waits (the tightest pool always), with the highest and the median team's, since
-fair share and groups move idle capacity between teams rather than cut preemption.
+fair share and groups move idle capacity between teams rather than cut preemption; and per
+team in full: time to first start and total time queued, p50 / p95 of each.
 Runs go to --jobs processes (default: every core); a run takes 5-20 s of CPU with the
 compiled core (`make native`), 2-3x that interpreted, the 40 % pool the slowest.
 """
@@ -166,6 +167,7 @@ class Result(NamedTuple):
     lost_gpu_h: float
     team_first_p95_h: dict[str, float]
     cpu_s: float
+    team_waits_h: dict[str, tuple[float, float, float, float]]  # first p50, p95, queued p50, p95
 
 
 _trace = None
@@ -195,6 +197,9 @@ def run_one(baseline: str, variant: str, pool: int, trace_path: str) -> Result:
         summary.preempted_jobs, max(run.preemptions), summary.lost_gpu_h,
         {team: w.first_start_p95.seconds / HOUR for team, w in sorted(summary.teams.items())},
         time.process_time() - started,
+        {team: (w.first_start_p50.seconds / HOUR, w.first_start_p95.seconds / HOUR,
+                w.queued_p50.seconds / HOUR, w.queued_p95.seconds / HOUR)
+         for team, w in sorted(summary.teams.items())},
     )  # fmt: skip
 
 
@@ -251,6 +256,25 @@ def team_table(results: list[Result], pool: int) -> None:
               + f" | {hours(p95[-1])} / {hours(median)} |")  # fmt: skip
 
 
+def team_wait_table(results: list[Result], pool: int) -> None:
+    """Per team, time to first start and total time queued, p50 / p95 of each (the issue's
+    per-team waits in full; `team_table` is its first-start p95 column with the spread)."""
+    rows = [r for r in results if r.pool == pool]
+    if not rows:
+        return
+    teams = list(rows[0].team_waits_h)
+    head, rule, name = labels(results)
+    print(f"\nper team at {pool:,} GPUs: first start p50 / p95, then total queued p50 / p95")
+    print(f"| {head} | " + " | ".join(teams) + " |")
+    print(f"|{rule}|" + "---|" * len(teams))
+    for r in rows:
+        cells = []
+        for team in teams:
+            f50, f95, q50, q95 = r.team_waits_h[team]
+            cells.append(f"{hours(f50)} / {hours(f95)}; {hours(q50)} / {hours(q95)}")
+        print(f"| {name(r)} | " + " | ".join(cells) + " |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--trace", default=os.path.join(ROOT, "traces", "itp_2021_jobs.csv"))
@@ -276,6 +300,7 @@ def main() -> None:
         if size == min(pools) or any(hours(h) != "0" for r in results if r.pool == size
                                      for h in r.team_first_p95_h.values()):  # fmt: skip
             team_table(results, size)
+            team_wait_table(results, size)
 
 
 if __name__ == "__main__":
