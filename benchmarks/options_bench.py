@@ -237,42 +237,41 @@ def table(results: list[Result]) -> None:
               f"| {ratio(r.lost_gpu_h, b.lost_gpu_h)} | {ratio(r.first_p95_h, b.first_p95_h)} |")  # fmt: skip
 
 
-def team_table(results: list[Result], pool: int) -> None:
-    """First-start p95 per team, with the highest and the median team's: who waits, since
-    fair share and groups decide which team gets idle capacity."""
+def per_team(results: list[Result], pool: int, title: str, columns: list[str], cells) -> None:
+    """One row per run at `pool`, one column per team (then `columns`); `cells(run, teams)`
+    gives a row's cells."""
     rows = [r for r in results if r.pool == pool]
     if not rows:
         return
     teams = list(rows[0].team_first_p95_h)
     head, rule, name = labels(results)
-    print(f"\nfirst-start p95 per team at {pool:,} GPUs")
-    print(f"| {head} | " + " | ".join(teams) + " | highest / median |")
-    print(f"|{rule}|" + "---|" * (len(teams) + 1))
+    print(f"\n{title} at {pool:,} GPUs")
+    print(f"| {head} | " + " | ".join(teams + columns) + " |")
+    print(f"|{rule}|" + "---|" * (len(teams) + len(columns)))
     for r in rows:
+        print(f"| {name(r)} | " + " | ".join(cells(r, teams)) + " |")
+
+
+def team_table(results: list[Result], pool: int) -> None:
+    """First-start p95 per team, with the highest and the median team's: who waits, since
+    fair share and groups decide which team gets idle capacity."""
+
+    def cells(r: Result, teams: list[str]) -> list[str]:
         p95 = sorted(r.team_first_p95_h.values())
         median = (p95[(len(p95) - 1) // 2] + p95[len(p95) // 2]) / 2
-        print(f"| {name(r)} | "
-              + " | ".join(hours(r.team_first_p95_h[t]) for t in teams)
-              + f" | {hours(p95[-1])} / {hours(median)} |")  # fmt: skip
+        return [hours(r.team_first_p95_h[t]) for t in teams] + [f"{hours(p95[-1])} / {hours(median)}"]
+
+    per_team(results, pool, "first-start p95 per team", ["highest / median"], cells)
 
 
 def team_wait_table(results: list[Result], pool: int) -> None:
     """Per team, time to first start and total time queued, p50 / p95 of each (the issue's
     per-team waits in full; `team_table` is its first-start p95 column with the spread)."""
-    rows = [r for r in results if r.pool == pool]
-    if not rows:
-        return
-    teams = list(rows[0].team_waits_h)
-    head, rule, name = labels(results)
-    print(f"\nper team at {pool:,} GPUs: first start p50 / p95, then total queued p50 / p95")
-    print(f"| {head} | " + " | ".join(teams) + " |")
-    print(f"|{rule}|" + "---|" * len(teams))
-    for r in rows:
-        cells = []
-        for team in teams:
-            f50, f95, q50, q95 = r.team_waits_h[team]
-            cells.append(f"{hours(f50)} / {hours(f95)}; {hours(q50)} / {hours(q95)}")
-        print(f"| {name(r)} | " + " | ".join(cells) + " |")
+
+    def cells(r: Result, teams: list[str]) -> list[str]:
+        return ["{} / {}; {} / {}".format(*(hours(h) for h in r.team_waits_h[t])) for t in teams]
+
+    per_team(results, pool, "per team, first start p50 / p95, then total queued p50 / p95,", [], cells)
 
 
 def main() -> None:
