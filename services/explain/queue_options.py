@@ -27,10 +27,10 @@ def group_cap_blocker(queue: Queue, share: Share, job: Job, unit: str, need: int
     (accounting.Scratch.fits rule 4: the members' usage of `unit` plus the job's quantity
     stays within the cap); None when the group has room or there is no such limit.  Only
     asked for a dispatch that borrows: within its own quota a member never meets the cap."""
-    group = queue.group_of.get(share.name)
-    cap = None if group is None else queue.group_limits.get(group, {}).get(unit)
-    if group is None or cap is None:
+    capped = queue.group_cap(share.name, unit)
+    if capped is None:
         return None
+    group, cap = capped
     members = [queue.shares[name] for name in queue.groups[group] if name in queue.shares]
     held = sum(member.usage.get(unit, 0) for member in members)
     if held + need <= cap:

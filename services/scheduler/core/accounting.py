@@ -208,10 +208,10 @@ class Scratch:
     def _group_room(self, share: Share, unit: str, quantity: int) -> bool:
         """4. when it borrows, its share group (an option beyond AWS) stays within its limit."""
         queue = self.queue
-        group = queue.group_of.get(share.name)
-        cap = None if group is None else queue.group_limits.get(group, {}).get(unit)
-        if group is None or cap is None:
+        capped = queue.group_cap(share.name, unit)
+        if capped is None:
             return True
+        group, cap = capped
         shares = queue.shares
         held = sum(self.used(shares[name], unit) for name in queue.groups[group] if name in shares)
         return held + quantity <= cap

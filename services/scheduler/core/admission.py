@@ -62,16 +62,7 @@ def blocked_reason(environment: Environment, queue: Queue, share: Share, need: N
             return BlockedReason.QUOTA_MANAGEMENT_LIMIT_EXCEEDED, BORROWABLE_EXCEEDED
         # A job that borrows whenever it runs (more than the share's limit) must fit its
         # share group's cap (an option beyond AWS), however little the other members hold.
-        if quantity > limit and quantity > _group_cap(queue, share, unit):
+        capped = queue.group_cap(share.name, unit) if quantity > limit else None
+        if capped is not None and quantity > capped[1]:
             return BlockedReason.QUOTA_MANAGEMENT_LIMIT_EXCEEDED, GROUP_EXCEEDED
     return None
-
-
-def _group_cap(queue: Queue, share: Share, unit: str) -> int:
-    group = queue.group_of.get(share.name)
-    caps = None if group is None else queue.group_limits.get(group)
-    cap = None if caps is None else caps.get(unit)
-    return MAX_CAP if cap is None else cap
-
-
-MAX_CAP = 1 << 62  # no group cap

@@ -219,6 +219,13 @@ class Queue:
         self.group_limits: dict[str, dict[str, int]] = {}  # group -> unit -> most it holds
         self.options: Any = None  # the JobQueueOptionsSet fact that set them
 
+    def group_cap(self, share: str, unit: str) -> tuple[str, int] | None:
+        """(group, its limit for `unit`) when `share` is in a share group that caps the unit."""
+        group = self.group_of.get(share)
+        caps = None if group is None else self.group_limits.get(group)
+        cap = None if caps is None else caps.get(unit)
+        return None if group is None or cap is None else (group, cap)
+
     def snapshot(self) -> tuple:
         return (self.environment, self.policy, self.priority, self.state, self.time_limits,
                 self.config, self.usage, self.borrowed, self.idle, self.lendable, self.listing,

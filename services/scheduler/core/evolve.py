@@ -118,7 +118,7 @@ def _share(state: State, fact) -> None:
         if created:
             share.charge = fresh(fact.at, queue.half_life)
         else:
-            accrue(queue, share, fact.at)
+            accrue(state, queue, share, fact.at)
     sharing = fact.resource_sharing_configuration
     share.limits = {item.capacity_unit: item.max_capacity for item in fact.capacity_limits}
     share.strategy = sharing.strategy
@@ -166,12 +166,7 @@ def _queue_options(state: State, fact: F.JobQueueOptionsSet) -> None:
             state.save(share)
             share.charge = () if half_life is None else fresh(fact.at, half_life)
     queue.half_life = half_life
-    queue.weights = {} if fair is None else {w.quota_share_name: w.weight for w in fair.weights or ()}
-    groups = options.share_groups or ()
-    queue.groups = {group.name: tuple(group.quota_share_names) for group in groups}
-    queue.group_of = {name: group.name for group in groups for name in group.quota_share_names}
-    queue.group_limits = {group.name: {item.capacity_unit: item.max_capacity for item in group.max_capacity}
-                          for group in groups if group.max_capacity}  # fmt: skip
+    _derive_queue_options(queue, options)
     queue.options = fact
     state.new_epoch(queue)  # a group's limit decides whether a job can ever fit (admission)
     state.mark_dirty(queue)  # a group limit lifted may let a waiting borrower through
@@ -206,11 +201,18 @@ def _forget_share(state: State, queue: Queue, name: str) -> None:
             groups.append(group.model_copy(update={"quota_share_names": members}))
     options = options.model_copy(update={"fair_share": fair, "share_groups": groups or None})
     queue.options = queue.options.model_copy(update={"options": options})
-    queue.weights = {key: value for key, value in queue.weights.items() if key != name}
-    queue.groups = {group.name: tuple(group.quota_share_names) for group in groups}
-    queue.group_of = {member: group for member, group in queue.group_of.items() if member != name}
-    queue.group_limits = {group: caps for group, caps in queue.group_limits.items() if group in queue.groups}
+    _derive_queue_options(queue, options)
 
+
+def _derive_queue_options(queue: Queue, options) -> None:
+    """The queue's slots the decisions read, from its options (JobQueueOptions)."""
+    fair = options.fair_share
+    queue.weights = {} if fair is None else {w.quota_share_name: w.weight for w in fair.weights or ()}
+    groups = options.share_groups or ()
+    queue.groups = {group.name: tuple(group.quota_share_names) for group in groups}
+    queue.group_of = {name: group.name for group in groups for name in group.quota_share_names}
+    queue.group_limits = {group.name: {item.capacity_unit: item.max_capacity for item in group.max_capacity}
+                          for group in groups if group.max_capacity}  # fmt: skip
 
 # -- jobs ------------------------------------------------------------------------------------
 
@@ -276,9 +278,7 @@ def _dispatched(state: State, fact: F.JobDispatched) -> None:
     job.reason_since = None
     job.history = (*job.history, (fact.attempt, fact.at, None, None, None, False))[-HISTORY_KEPT:]
     state.put(share.dispatched, job.job_id, job)
-    if queue.half_life is not None:
-        state.save(share)
-        accrue(queue, share, fact.at)
+    accrue(state, queue, share, fact.at)
     add_usage(state, queue, share, job.need, +1)
     state.drop(state.blocked, job.job_id)
     _start_head_clock(state, queue, share, fact.at)  # the job it leaves behind heads now
@@ -444,9 +444,7 @@ def _release(state: State, job: Job, at: float) -> None:
     if share is None:
         return
     state.drop(share.dispatched, job.job_id)
-    if queue.half_life is not None:
-        state.save(share)
-        accrue(queue, share, at)
+    accrue(state, queue, share, at)
     add_usage(state, queue, share, job.need, -1)
     state.mark_dirty(queue, share.name)  # its own head may wait for its own capacity
     for unit, _ in job.need:

@@ -29,6 +29,7 @@ import math
 
 from quotasched.services.scheduler.core.accounting import borrowed_by, contribution
 from quotasched.services.scheduler.core.entities import Job, Queue, Share
+from quotasched.services.scheduler.core.state import State
 
 MAX_PERIODS = 2200
 """More halvings than any finite float charge needs to reach its fixed point (an exponent of
@@ -68,11 +69,11 @@ def advance(charge: tuple, half_life: int, borrowed: int, to: float) -> tuple:
     return (now, borrowed * (to - now * half_life), past, to)
 
 
-def accrue(queue: Queue, share: Share, at: float) -> None:
-    """Bring the share's charge up to `at` (before its borrowing changes); the caller has
-    saved the share."""
+def accrue(state: State, queue: Queue, share: Share, at: float) -> None:
+    """Bring the share's charge up to `at` (before its borrowing changes); nothing under FIFO."""
     half_life = queue.half_life
     if half_life is not None and share.charge:
+        state.save(share)
         share.charge = advance(share.charge, half_life, borrowed_total(share), at)
 
 
