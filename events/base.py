@@ -52,7 +52,24 @@ NameOrArn = Annotated[str, BeforeValidator(_strip_arn), Field(pattern=NAME_PATTE
 """A name, or an ARN whose last path element is the name."""
 
 JobId = Annotated[str, BeforeValidator(_strip_arn), Field(min_length=1, max_length=256)]
-"""A job id (or a job ARN, as the SageMaker SDK sends)."""
+"""A job id (or a job ARN, as the SageMaker SDK sends), naming an existing job: any id a log
+may hold, so a job submitted under an older rule can still be updated and terminated."""
+
+JOB_ID_PATTERN = r"^[A-Za-z0-9_-]+$"
+JOB_ID_RULE = ("must be 1-128 characters of letters, digits, hyphens (-) and underscores (_): "
+               "a job id becomes one token of a NATS key and one directory name, so no dots, "
+               "colons, slashes, wildcards or spaces")
+# Checked in pydantic-core like NAME_PATTERN (whose Rust regex `$` is the end of the text);
+# codec.py turns the generic message into JOB_ID_RULE.
+NewJobId = Annotated[str, Field(min_length=1, max_length=128, pattern=JOB_ID_PATTERN)]
+"""The `jobId` a submission may choose: exactly one subject token (no `.`, `*`, `>`, spaces)
+and one safe path component (never `.`, `..` or holding `/`)."""
+
+
+def is_path_component(text: str) -> bool:
+    """Whether `text` can name one directory under another: not empty, `.` or `..`, no `/`
+    or NUL.  Every id the contract accepts is one; an id from an older log may not be."""
+    return text not in ("", ".", "..") and "/" not in text and "\0" not in text
 
 Priority = Annotated[int, Field(ge=0, le=9999)]
 """`schedulingPriority`: 0-9999, higher is more important."""

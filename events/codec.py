@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from quotasched.events.base import NAME_PATTERN, NAME_RULE
+from quotasched.events.base import JOB_ID_PATTERN, JOB_ID_RULE, NAME_PATTERN, NAME_RULE
 from quotasched.events.commands import COMMAND_KINDS, AnyCommand, Command
 from quotasched.events.facts import AnyFact, Fact
 
@@ -115,11 +115,14 @@ def _describe(error: ValidationError, kind: str | None, raw: str) -> str:
         message = item["msg"].removeprefix("Value error, ")
         if item["type"] == "extra_forbidden":
             message = "is not a field of this command"
-        elif item["type"] == "string_pattern_mismatch" and item["ctx"]["pattern"] == NAME_PATTERN:
-            message = NAME_RULE
+        elif item["type"] == "string_pattern_mismatch" and item["ctx"]["pattern"] in _RULES:
+            message = _RULES[item["ctx"]["pattern"]]
         problems.append(f"{location}: {message}" if location else message)
     return _short(f"Invalid {kind or 'command'}: " + "; ".join(problems), REASON_MAX_CHARS)
 
+
+_RULES = {NAME_PATTERN: NAME_RULE, JOB_ID_PATTERN: JOB_ID_RULE}
+"""The rule behind each pattern, said instead of pydantic's "should match pattern"."""
 
 REASON_MAX_CHARS = 2048
 """A refusal's reason never grows with its input: a path part (a tag key, say) is cut to 40

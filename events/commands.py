@@ -13,7 +13,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
-from quotasched.events.base import INT32_MAX, MAX_INSTANCES, JobId, LogicalTime, Name, NameOrArn, Priority, Wire
+from quotasched.events.base import (
+    INT32_MAX, MAX_INSTANCES, JobId, LogicalTime, Name, NameOrArn, NewJobId, Priority, Wire,
+)  # fmt: skip
+from quotasched.events.images import reference_problem
 from quotasched.events.values import (
     EnvironmentLimits,
     JobPreemptionConfiguration,
@@ -152,7 +155,7 @@ class SubmitServiceJob(Command):
     capacity_usage: Usage | None = None
     service_request_payload: dict[str, Any] | str | None = None
     service_job_type: Literal["SAGEMAKER_TRAINING"] = "SAGEMAKER_TRAINING"
-    job_id: Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:-]+$")] | None = None
+    job_id: NewJobId | None = None
     scheduling_priority: Priority = 0
     share_identifier: Annotated[str, Field(max_length=255)] | None = None
     preemption_configuration: JobPreemptionConfiguration | None = None
@@ -172,6 +175,7 @@ class SubmitServiceJob(Command):
             raise ValueError("give exactly one of capacityUsage or serviceRequestPayload")
         if self.service_request_payload is not None:
             need_from_payload(self.service_request_payload)  # raises precisely
+        _check_images(self.tags, self.service_request_payload)
         return self
 
     def need(self) -> tuple[tuple[str, int], ...]:
@@ -183,6 +187,26 @@ class SubmitServiceJob(Command):
         if self.capacity_usage is not None:
             return tuple((item.capacity_unit, item.quantity) for item in self.capacity_usage)
         return need_from_payload(self.service_request_payload, size_checked=True)
+
+
+def _check_images(tags: dict[str, str] | None, payload: dict[str, Any] | str | None) -> None:
+    """The image a container runtime would be handed (tag `image`, or the payload's
+    `AlgorithmSpecification.TrainingImage`) must be an image reference (events/images.py):
+    anything else could be read by `docker run` as an option."""
+    if tags is not None and "image" in tags:
+        problem = reference_problem(tags["image"])
+        if problem is not None:
+            raise ValueError(f"tags.image {problem}")
+    if isinstance(payload, str):
+        if "TrainingImage" not in payload:
+            return  # the common case: no second parse
+        payload = json.loads(payload)  # valid JSON: need_from_payload parsed it
+    algorithm = payload.get("AlgorithmSpecification") if isinstance(payload, dict) else None
+    if isinstance(algorithm, dict) and "TrainingImage" in algorithm:
+        problem = reference_problem(algorithm["TrainingImage"])
+        if problem is not None:
+            raise ValueError("serviceRequestPayload AlgorithmSpecification.TrainingImage "
+                             + problem)
 
 
 def need_from_payload(payload: dict[str, Any] | str | None,

@@ -6,7 +6,8 @@ Keys:
                            what it holds changes: {"host", "serviceEnvironment",
                            "capacityUnit", "gpus", "attempts": [{"jobId", "attempt",
                            "jobQueue", "share", "gpus"}], "state": "up" | "gone" | "lost"}
-  claim.<job>.<attempt>    who places an attempt, written once (KV `create` is atomic, so
+  claim.<job>.<attempt>    (<job>: `job_key`, the id itself for any id the contract accepts)
+                           who places an attempt, written once (KV `create` is atomic, so
                            exactly one agent wins): {"host", "gpus"}, or {"host", "none": true}
                            when no agent could place it in time (that agent alone reports
                            INSUFFICIENT_CAPACITY)
@@ -36,7 +37,9 @@ advertises itself again, empty.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
+import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -57,8 +60,22 @@ def host_key(host: str) -> str:
     return f"host.{host}"
 
 
+# A job id as it stands in a key: dot-separated tokens of [A-Za-z0-9_-] (every id the contract
+# accepts is one token; an older rule let dots in).  Any other id (`..`, `bad.`, `a:b`, from a
+# log older than the rule) is written `=` + its unpadded base64url: still one valid key token,
+# and never equal to an id as it stands, since `=` is in no id.
+_KEY_AS_IS = re.compile(r"[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*")
+
+
+def job_key(job_id: str) -> str:
+    """`job_id` as a valid NATS KV key (or part of one), one to one."""
+    if _KEY_AS_IS.fullmatch(job_id):
+        return job_id
+    return "=" + base64.urlsafe_b64encode(job_id.encode()).decode().rstrip("=")
+
+
 def claim_key(job_id: str, attempt: int) -> str:
-    return f"claim.{job_id}.{attempt}"
+    return f"claim.{job_key(job_id)}.{attempt}"
 
 
 async def fleet_bucket(js, storage: str = "file"):

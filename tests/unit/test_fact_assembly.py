@@ -45,9 +45,9 @@ def submissions(draw) -> dict:
         message["serviceRequestPayload"] = json.dumps(payload) if draw(st.booleans()) else payload
     optional = {
         "at": st.floats(0, 1e9) | st.integers(0, 10**6),
-        "jobId": st.from_regex(r"[A-Za-z0-9_.:-]{1,40}", fullmatch=True),
+        "jobId": st.from_regex(r"[A-Za-z0-9_-]{1,40}", fullmatch=True),
         "clientToken": st.from_regex(r"[a-z0-9-]{1,64}", fullmatch=True),
-        "tags": st.dictionaries(names, texts, max_size=4),
+        "tags": st.dictionaries(names.filter(lambda key: key != "image"), texts, max_size=4),  # an image tag has its grammar
         "preemptionConfiguration": st.fixed_dictionaries(
             {}, optional={"preemptionRetriesBeforeTermination": st.integers(0, 5)}),
         "retryStrategy": st.fixed_dictionaries({"attempts": st.integers(1, 10)}, optional={
