@@ -2,7 +2,10 @@
 
 Commands:  qm.cmd.<jobQueue>.<quotaShare>.<Kind>
 Facts:     qm.fact.<jobQueue>.<quotaShare>.<Kind>
-API:       qm.api.<verb>  (request/reply, answered by the leading scheduler)
+API:       qm.api.<jobQueue>.<verb>, or qm.api.~.<verb> (request/reply, answered by the
+           leading scheduler); a team asks on qm.api.<jobQueue>.<quotaShare>.<verb>, the only
+           read subject its credentials allow, and is shown the payload and tags of its own
+           share's jobs only (`api_subject`, `parse_api_subject`)
 
 `~` stands for "not about one queue / one share": fleet-wide configuration (service
 environments, scheduling policies, the creation of job queues, which claims a service
@@ -61,6 +64,26 @@ def parse_command_subject(subject: str) -> tuple[str | None, str | None, str]:
         return None, None, parts[-1] if parts else ""
     queue, share, kind = parts[2], parts[3], parts[4]
     return (None if queue == ANY else queue), (None if share == ANY else share), kind
+
+
+def api_subject(verb: str, job_queue: str | None = None, share: str | None = None) -> str:
+    """Where a read request goes: `qm.api.<queue or ~>.<verb>`, or with a team's share
+    `qm.api.<queue>.<share>.<verb>` (the scheduler then knows, from the subject alone that the
+    team's permissions pin, whose payloads and tags it may show)."""
+    if share is not None:
+        return f"{API_PREFIX}.{job_queue or ANY}.{share}.{verb}"
+    return f"{API_PREFIX}.{job_queue or ANY}.{verb}"
+
+
+def parse_api_subject(subject: str) -> tuple[str | None, str | None, str]:
+    """(queue or None, share or None, verb) of a read request's subject: `qm.api.<verb>`,
+    `qm.api.<queue or ~>.<verb>` or `qm.api.<queue>.<share>.<verb>`.  Longer subjects count
+    as a share's (fail closed: never read as the unscoped form)."""
+    tokens = subject.split(".")
+    verb = tokens[-1]
+    queue = tokens[2] if len(tokens) >= 4 else ANY
+    share = tokens[3] if len(tokens) >= 5 else ANY
+    return (None if queue == ANY else queue), (None if share == ANY else share), verb
 
 
 def fact_subject(kind: str, job_queue: str | None = None, share: str | None = None) -> str:

@@ -7,16 +7,25 @@ only as a bcrypt hash), and one credentials file per role (the password itself).
 
   admin                  configures everything; every subject
   scheduler, projector   the services; only the scheduler may append to the fact log
-  executor               publishes ReportJobStatus (on any job's subject) and reads the fact
-                         log through consumers; nothing else
-  agent                  an executor that also keeps a GPU fleet: the QM_FLEET bucket,
-                         UpdateServiceEnvironment, describe-service-environments
+  executor               publishes ReportJobStatus on the configured job queues' subjects and
+                         reads the fact log through its durable consumer and ordered readers;
+                         it may create, inspect, ack and delete (to restore one that was
+                         changed) any consumer on the fact log except the teams' slots (denied
+                         by name)
+  agent                  an executor that also keeps a GPU fleet: the QM_FLEET bucket (its
+                         stream, keys and watchers), UpdateServiceEnvironment,
+                         describe-service-environments; nothing of any other bucket
   pipeline-<q>-<share>   publishes SubmitServiceJob, UpdateServiceJob and TerminateServiceJob
                          on its own share's subjects only, reads its own share's facts
                          through a consumer whose filter is its share (the server refuses to
-                         create a consumer with any other filter), and sends read requests
-                         about its own job queue (`qm.api.<q>.<verb>`, answered about that
-                         queue only, like AWS's per-queue list-service-jobs)
+                         create a consumer with any other filter), and sends read requests on
+                         `qm.api.<q>.<share>.<verb>` only: answered about its job queue (like
+                         AWS's per-queue list-service-jobs), with the payloads and tags of its
+                         own share's jobs only (other shares' jobs: their summaries)
+
+Two (queue, share) pairs that would give one user name (`ml`/`vision-a` and `ml-vision`/`a`
+both give pipeline-ml-vision-a, and so one inbox, credentials file and consumer names) are
+refused (`NameCollision`): everything else derived from a role is a function of its name.
 
 Every role has its own inbox prefix (`_INBOX_<role>`) and may subscribe to nothing else: the
 replies and consumer deliveries of one role never reach another (a shared `_INBOX.>` would let
@@ -66,6 +75,9 @@ ENDPOINT_KEYS_FILE = "endpoint-keys.json"
 ACCESS_KEY_PREFIX = "QSAK"  # AWS's ids start AKIA/ASIA: ours cannot be mistaken for real ones
 KEY_ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"  # AWS's: upper-case letters and digits 2-7
 SECRET_ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+
+TEAM_QUEUE_ENV = "QUOTASCHED_TEAM_QUEUE"  # a pipeline's own (queue, share): where its reads go
+TEAM_SHARE_ENV = "QUOTASCHED_TEAM_SHARE"  # (services.client_reads)
 
 JOB_COMMANDS = ("SubmitServiceJob", "UpdateServiceJob", "TerminateServiceJob")
 PROJECTOR_PREFIX = "qm.proj"  # services.projector.API_PREFIX
@@ -123,6 +135,8 @@ class Role:
     access_key_id: str = field(default_factory=new_access_key_id)
     secret_access_key: str = field(default_factory=new_secret_access_key)
     job_queue: str | None = None  # a pipeline's: the one job queue it may ask about
+    quota_share: str | None = None  # a pipeline's: the share whose payloads and tags it reads
+    deny_publish: list[str] = field(default_factory=list)  # carved out of `publish`
 
     @property
     def inbox(self) -> str:
@@ -132,7 +146,10 @@ class Role:
         """The server's entry for this role: the password only as a bcrypt hash, which
         nats-server checks a client's password against (so the server's configuration holds
         nothing a client could log in with)."""
-        permissions: dict[str, Any] = {"publish": {"allow": self.publish},
+        publish: dict[str, Any] = {"allow": self.publish}
+        if self.deny_publish:
+            publish["deny"] = self.deny_publish  # the server checks deny before allow
+        permissions: dict[str, Any] = {"publish": publish,
                                        "subscribe": {"allow": [*self.subscribe, f"{self.inbox}.>"]}}
         if self.allow_responses:
             permissions["allow_responses"] = True
@@ -142,6 +159,8 @@ class Role:
     def environment(self, tls_ca: str | None = None) -> dict[str, str]:
         """The NATS variables a process of this role connects with."""
         env = {USER_ENV: self.name, PASSWORD_ENV: self.password, INBOX_ENV: self.inbox}
+        if self.job_queue is not None and self.quota_share is not None:
+            env.update({TEAM_QUEUE_ENV: self.job_queue, TEAM_SHARE_ENV: self.quota_share})
         if tls_ca:
             env[TLS_CA_ENV] = tls_ca
         return env
@@ -157,6 +176,8 @@ class Role:
                  "nats": self.environment(tls_ca)}  # fmt: skip
         if self.job_queue is not None:
             entry["jobQueue"] = self.job_queue
+        if self.quota_share is not None:
+            entry["quotaShare"] = self.quota_share
         return entry
 
 
@@ -233,8 +254,57 @@ def scheduler_api() -> list[str]:
     return [*started_services(), *_js(*verbs), *readers, *(f"$JS.ACK.{s}.>" for s in STREAMS)]
 
 
+class NameCollision(ValueError):
+    """Two (job queue, quota share) pairs would give one role name (one line)."""
+
+
+def pipeline_name(queue: str, share: str) -> str:
+    return f"pipeline-{queue}-{share}"
+
+
+def pipelines(shares: Iterable[tuple[str, str]]) -> dict[str, tuple[str, str]]:
+    """Role name -> (job queue, quota share), sorted; `NameCollision` names both pairs when two
+    give one name (names may hold hyphens, so the name alone cannot tell them apart; the
+    user, its inbox, credentials file and consumer slots all derive from it)."""
+    named: dict[str, tuple[str, str]] = {}
+    for queue, share in sorted(set(shares)):
+        name = pipeline_name(queue, share)
+        if name in named:
+            other = named[name]
+            raise NameCollision(f"job queue {other[0]!r} share {other[1]!r} and job queue "
+                                f"{queue!r} share {share!r} both become user {name}; rename "
+                                "one of the shares (or queues)")  # fmt: skip
+        named[name] = (queue, share)
+    return named
+
+
+def executor_publish(queues: Iterable[str]) -> list[str]:
+    """Status reports on the configured queues' subjects (any share: a share created later
+    needs no new credentials; the scheduler checks a report's route against the job), and
+    the fact log through its durable consumer (`CONSUMER.DURABLE.CREATE`, whose subject
+    carries the name only: NATS matches whole tokens, so `executor-*` cannot be expressed;
+    the teams' slots are denied instead, `team_slots_denied`) and ordered readers."""
+    return [*(f"{COMMANDS_PREFIX}.{queue}.*.ReportJobStatus" for queue in sorted(set(queues))),
+            *started_services(), *log_reader(FACTS_STREAM),
+            *_js(f"CONSUMER.DURABLE.CREATE.{FACTS_STREAM}.*", f"CONSUMER.INFO.{FACTS_STREAM}.*",
+                 f"CONSUMER.DELETE.{FACTS_STREAM}.*"),  # a changed consumer is recreated (watch.py)
+            f"$JS.ACK.{FACTS_STREAM}.>"]  # fmt: skip
+
+
+def team_slots_denied(names: Iterable[str]) -> list[str]:
+    """What an executor must not do to a team's consumer slots on the fact log: create or
+    change one (it would read, or redirect, a team's facts), inspect it, ack its messages."""
+    return [subject for name in names for slot in team_consumers(name) for subject in (
+        *_js(f"CONSUMER.DURABLE.CREATE.{FACTS_STREAM}.{slot}",
+             f"CONSUMER.INFO.{FACTS_STREAM}.{slot}", f"CONSUMER.DELETE.{FACTS_STREAM}.{slot}"),
+        f"$JS.ACK.{FACTS_STREAM}.{slot}.>")]
+
+
 def roles(shares: Iterable[tuple[str, str]]) -> list[Role]:
-    """Every role, with one pipeline per (job queue, quota share)."""
+    """Every role, with one pipeline per (job queue, quota share); `NameCollision` when two
+    pairs would share a pipeline's name."""
+    teams = pipelines(shares)
+    denied = team_slots_denied(teams)
     stores = [f"$KV.{LEASES_BUCKET}.>", f"$O.{SNAPSHOTS_BUCKET}.>"]
     out = [
         Role("admin", publish=[">"], subscribe=[">"]),
@@ -243,22 +313,17 @@ def roles(shares: Iterable[tuple[str, str]]) -> list[Role]:
              subscribe=[f"{API_PREFIX}.>", *stores], allow_responses=True),
         Role("projector", publish=[*started_services(), *log_reader(FACTS_STREAM), PROJECTED],
              subscribe=[f"{PROJECTOR_PREFIX}.>"], allow_responses=True),
-        Role("executor", publish=[f"{COMMANDS_PREFIX}.*.*.ReportJobStatus", *started_services(),
-                                  *log_reader(FACTS_STREAM),
-                                  *_js(f"CONSUMER.DURABLE.CREATE.{FACTS_STREAM}.*",
-                                       f"CONSUMER.INFO.{FACTS_STREAM}.*"),
-                                  f"$JS.ACK.{FACTS_STREAM}.>"],
-             subscribe=[]),
+        Role("executor", publish=executor_publish(queue for queue, _ in teams.values()),
+             subscribe=[], deny_publish=denied),
     ]  # fmt: skip
     out.append(agent_role(out[-1]))
-    for queue, share in sorted(set(shares)):
-        name = f"pipeline-{queue}-{share}"
+    for name, (queue, share) in teams.items():
         out.append(Role(
             name,
             publish=[*(f"{COMMANDS_PREFIX}.{queue}.{share}.{kind}" for kind in JOB_COMMANDS),
                      *fact_reader(name, f"{FACTS_PREFIX}.{queue}.{share}.*"),
-                     f"{API_PREFIX}.{queue}.>"],
-            subscribe=[], job_queue=queue,
+                     f"{API_PREFIX}.{queue}.{share}.*"],
+            subscribe=[], job_queue=queue, quota_share=share,
         ))  # fmt: skip
     return out
 
@@ -266,15 +331,18 @@ def roles(shares: Iterable[tuple[str, str]]) -> list[Role]:
 def agent_role(executor: Role) -> Role:
     """A GPU agent (services/executors/agent.py) is an executor that also keeps its fleet: the
     fleet's KV bucket (heartbeats, claims, the capacity it published; created by the first
-    agent), the capacity command, and the question of what the environment's limits are."""
+    agent: `fleet_bucket`), watched through ordered consumers (nats-py's `kv.watch` creates
+    one, server-named, and asks for its info), the capacity command, and the question of
+    what the environment's limits are.  It never deletes or purges the bucket, nor a consumer
+    but its own executor consumer (as the executor role), and touches no other bucket."""
     kv = f"KV_{FLEET_BUCKET}"
     return Role("agent", publish=[
         *executor.publish, f"{COMMANDS_PREFIX}.~.~.UpdateServiceEnvironment",
         f"{API_PREFIX}.~.describe-service-environments", f"$KV.{FLEET_BUCKET}.>",
         *_js(f"STREAM.INFO.{kv}", f"STREAM.CREATE.{kv}", f"CONSUMER.CREATE.{kv}",
-             f"CONSUMER.CREATE.{kv}.>", f"STREAM.MSG.GET.{kv}", f"DIRECT.GET.{kv}",
-             f"DIRECT.GET.{kv}.>"),
-        f"$JS.FC.>"], subscribe=[])  # fmt: skip
+             f"CONSUMER.INFO.{kv}.*", f"STREAM.MSG.GET.{kv}", f"DIRECT.GET.{kv}",
+             f"DIRECT.GET.{kv}.>")],
+        subscribe=[], deny_publish=executor.deny_publish)  # fmt: skip
 
 
 def shares_of(path: str | Path) -> list[tuple[str, str]]:
@@ -305,6 +373,8 @@ def server_config(all_roles: list[Role]) -> str:
 def endpoint_keys(all_roles: list[Role], tls_ca: str | None = None) -> str:
     """The AWS Batch endpoint's keys file: access key id -> the role's entry."""
     keys = {role.access_key_id: role.endpoint_key(tls_ca) for role in all_roles}
+    if len(keys) != len(all_roles):  # 80 random bits each: never, but never silently
+        raise NameCollision("two roles drew the same access key id; generate again")
     return json.dumps(keys, indent=2) + "\n"
 
 

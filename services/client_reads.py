@@ -4,19 +4,27 @@ again while no leader answers, and merging the answers of a fan-out over several
 A request naming a job queue goes to `qm.api.<queue>.<verb>`, any other to `qm.api.~.<verb>`;
 a scheduler partitioned per job queue may answer the latter with a `redirect` naming the
 queues that hold the answer (see `services.client.Bus.request`).
+
+With a team's credentials (a pipeline's credentials file names its job queue and quota share:
+QUOTASCHED_TEAM_QUEUE, QUOTASCHED_TEAM_SHARE) a request about its queue goes to
+`qm.api.<queue>.<share>.<verb>`, the only read subject its role may publish to; the scheduler
+then shows the payloads and tags of that share's jobs only.  The variables only route: the
+server's permissions are what pin them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 from typing import Any
 
 from nats.errors import NoRespondersError
 
 from quotasched.events.base import NAME_PATTERN
-from quotasched.events.subjects import API_PREFIX
+from quotasched.events.subjects import ANY, api_subject
+from quotasched.services.auth import TEAM_QUEUE_ENV, TEAM_SHARE_ENV
 
 RESPONDER_WAIT_S = 8.0  # a lease TTL (6 s) and then some: how long a read waits for a leader
 HANDOVER_WAIT_S = 2.5  # a partition handed over is taken within a quarter TTL and a recovery
@@ -33,7 +41,7 @@ async def ask(bus: Any, queue: str, verb: str, params: dict, timeout: float,
     deadline = loop.time() + min(timeout, wait)
     while True:
         try:
-            reply = await bus.nc.request(f"{API_PREFIX}.{queue}.{verb}",
+            reply = await bus.nc.request(subject_of(bus, queue, verb),
                                          json.dumps(params).encode(), timeout=timeout)  # fmt: skip
             return json.loads(reply.data)
         except NoRespondersError:
@@ -44,12 +52,24 @@ async def ask(bus: Any, queue: str, verb: str, params: dict, timeout: float,
             await asyncio.sleep(0.2)
 
 
+def subject_of(bus: Any, queue: str, verb: str) -> str:
+    """A read request's subject: a team's own (queue, share) subject when its credentials
+    (the bus's, else the environment's) name them and the request is about its queue;
+    otherwise `qm.api.<queue or ~>.<verb>` (which a team's role may not use: refused)."""
+    credentials = getattr(bus, "credentials", None)
+    credentials = os.environ if credentials is None else credentials
+    own_queue, own_share = credentials.get(TEAM_QUEUE_ENV), credentials.get(TEAM_SHARE_ENV)
+    if own_queue and own_share and queue == own_queue:
+        return api_subject(verb, own_queue, own_share)
+    return api_subject(verb, None if queue == ANY else queue)
+
+
 def queue_of(value: Any) -> str | None:
     """A job queue's name from a name or an ARN (`...:job-queue/<name>`)."""
     if not isinstance(value, str) or not value:
         return None
     name = value.rsplit("job-queue/", 1)[-1].split("/", 1)[0]
-    return name if re.match(NAME_PATTERN, name) else None
+    return name if re.fullmatch(NAME_PATTERN, name) else None  # not `match`: "q\n" is no name
 
 
 def merge(verb: str, answers: list[dict[str, Any]]) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from pydantic import BaseModel
 from quotasched.events.subjects import API_PREFIX, COMMANDS_STREAM
 from quotasched.services.asyncapi.kinds import (
     QUEUE,
+    SHARE,
     command_address,
     command_description,
     command_models,
@@ -42,10 +43,13 @@ def _handler(model: type[BaseModel]):
 
 
 READ_APIS = (
-    (f"{API_PREFIX}.{QUEUE}", scheduler_api.VERBS, API_QUEUE_GROUP,
+    ("api", f"{API_PREFIX}.{QUEUE}", scheduler_api.VERBS, API_QUEUE_GROUP,
      "the leading scheduler (of the job queue's partition) from its decided state, shaped "
      "like AWS Batch's answer; `~` for the queue when the request names none"),
-    (PROJ_PREFIX, projector_api.VERBS, PROJ_QUEUE_GROUP,
+    ("api.team", f"{API_PREFIX}.{QUEUE}.{SHARE}", scheduler_api.VERBS, API_QUEUE_GROUP,
+     "the leading scheduler, as on qm.api.{jobQueue}.<verb>, for a team: the only read subject "
+     "a pipeline role may use; other shares' jobs come without serviceRequestPayload and tags"),
+    ("proj", PROJ_PREFIX, projector_api.VERBS, PROJ_QUEUE_GROUP,
      "the projector from its DuckDB projection of the fact log"),
 )  # fmt: skip
 
@@ -59,10 +63,10 @@ def build_broker() -> NatsBroker:
         for model in command_models():
             broker.subscriber(command_address(model), stream=commands, title=kind_of(model),
                               description=command_description(model))(_handler(model))  # fmt: skip
-        for prefix, verbs, group, answered_by in READ_APIS:
+        for title, prefix, verbs, group, answered_by in READ_APIS:
             for verb in verbs:
                 broker.subscriber(
-                    f"{prefix}.{verb}", queue=group, title=f"{prefix.split('.')[1]}.{verb}",
+                    f"{prefix}.{verb}", queue=group, title=f"{title}.{verb}",
                     description=f"Request/reply ({verb}), answered by {answered_by}.",
                 )(_handler(API_REQUESTS.get(verb, AnyRequest)))  # fmt: skip
     for model in fact_models():

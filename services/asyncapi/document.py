@@ -26,7 +26,9 @@ facts to the QM_FACTS stream on `qm.fact.<jobQueue>.<quotaShare>.<Kind>`.  `~` s
 subject where no queue or share applies.  Read requests go to `qm.api.<jobQueue>.<verb>`, or
 `qm.api.~.<verb>` when they name no queue (the scheduler; with a partition per job queue, the
 fleet partition answers those with `{"redirect": [queues]}` for the client to ask each queue),
-and `qm.proj.<verb>` (the projector), NATS request/reply.  Generated from the code by
+and `qm.proj.<verb>` (the projector), NATS request/reply.  A team asks on
+`qm.api.<jobQueue>.<quotaShare>.<verb>`, the one read subject its credentials allow, and sees
+the payloads and tags of its own share's jobs only.  Generated from the code by
 `quotasched asyncapi`; see docs/contract.md.""".split())
 
 

@@ -42,6 +42,10 @@ def generate(
     if not shares:
         typer.echo(f"quotasched auth generate: {config} declares no quota share", err=True)
         raise typer.Exit(2)
-    roles = auth.roles(shares)
+    try:
+        roles = auth.roles(shares)
+    except auth.NameCollision as error:  # before a file is written: nothing half-generated
+        typer.echo(f"quotasched auth generate: {config}: {error}", err=True)
+        raise typer.Exit(2) from None
     for path in auth.write(roles, out, tls_ca):
         typer.echo(str(path))

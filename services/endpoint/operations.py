@@ -9,6 +9,7 @@ import base64
 import json
 from typing import Any
 
+from quotasched.services.endpoint.roles import ResourceDenied
 from quotasched.services.scheduler.api import ARN, job_arn
 
 DECISION_WAIT_S = 30.0
@@ -228,7 +229,16 @@ async def terminate_service_jobs(bus, p: dict) -> dict:
 
 
 async def describe_service_job(bus, p: dict) -> dict:
-    return await _ask(bus, "describe-service-job", jobId=p["jobId"])
+    """With a team's key (`own_share`), a job of another share is AccessDeniedException, as
+    AWS answers for a resource outside the caller's IAM policy: AWS never returns a job with
+    its payload cut out.  Its summary stays visible through ListServiceJobs."""
+    job = await _ask(bus, "describe-service-job", jobId=p["jobId"])
+    own = getattr(bus, "own_share", None)
+    if own is not None and (job.get("jobQueue"), job.get("quotaShareName")) != own:
+        raise ResourceDenied(bus.role, job_arn(job["jobId"]),
+                             f"the job belongs to quota share {job.get('quotaShareName')}, not "
+                             f"{own[1]}")  # fmt: skip
+    return job
 
 
 async def list_service_jobs(bus, p: dict) -> dict:

@@ -9,6 +9,12 @@ server refuses a forbidden publish or subscription asynchronously, naming only t
 (`-ERR 'Permissions Violation for Publish to "..."'`), and drops it: the operation would wait
 for an answer that never comes.  So each role's client remembers which subjects each request
 in flight used, and the request whose subject was refused is answered at once, 403.
+
+One rule is the endpoint's own, because NATS cannot express it: a team's key may describe
+another share's job only as AWS would with an IAM policy scoped to the team's resources, that
+is not at all (AccessDeniedException, `ResourceDenied`); its summary stays in ListServiceJobs.
+The scheduler's answer to the team's subject already lacks the payload and tags (defence in
+depth: the endpoint never sees them to leak).
 """
 
 from __future__ import annotations
@@ -45,6 +51,7 @@ class Key:
     secret: str
     nats: dict[str, str]  # the role's credentials file's NATS variables (`Role.environment`)
     job_queue: str | None = None  # a pipeline's own job queue, the only one it may ask about
+    quota_share: str | None = None  # a pipeline's own share, the only one whose jobs it describes
 
 
 def load_keys(path: str | Path) -> dict[str, Key]:
@@ -69,10 +76,11 @@ def _key(path: str | Path, key_id: str, entry: Any) -> Key:
             or not all(isinstance(value, str) for value in nats.values())):  # fmt: skip
         raise KeysError(f"the keys file {path}: key {key_id} needs role, secretAccessKey and "
                         f"nats ({USER_ENV}, {PASSWORD_ENV}, {INBOX_ENV})")  # fmt: skip
-    queue = entry.get("jobQueue")
-    if queue is not None and not isinstance(queue, str):
-        raise KeysError(f"the keys file {path}: key {key_id}: jobQueue must be a name")
-    return Key(key_id, entry["role"], entry["secretAccessKey"], dict(nats), queue)
+    queue, share = entry.get("jobQueue"), entry.get("quotaShare")
+    for member, value in (("jobQueue", queue), ("quotaShare", share)):
+        if value is not None and not isinstance(value, str):
+            raise KeysError(f"the keys file {path}: key {key_id}: {member} must be a name")
+    return Key(key_id, entry["role"], entry["secretAccessKey"], dict(nats), queue, share)
 
 
 class Denied(Exception):
@@ -81,6 +89,22 @@ class Denied(Exception):
     def __init__(self, role: str, action: str, subject: str):
         super().__init__(f"{action} to {subject}")
         self.role, self.action, self.subject = role, action, subject
+
+    def message(self, operation: str) -> str:
+        return (f"User: {self.role} is not authorized to perform: batch:{operation} (the NATS "
+                f"server refused {self.action} to {self.subject})")  # fmt: skip
+
+
+class ResourceDenied(Denied):
+    """A team's key asked about a resource of another share (AWS's words for an IAM denial)."""
+
+    def __init__(self, role: str, resource: str, why: str):
+        super().__init__(role, "read", resource)
+        self.resource, self.why = resource, why
+
+    def message(self, operation: str) -> str:
+        return (f"User: {self.role} is not authorized to perform: batch:{operation} on "
+                f"resource: {self.resource} ({self.why})")  # fmt: skip
 
 
 class _InFlight:
@@ -136,6 +160,7 @@ class RoleBus(Bus):
         super().__init__(url, name=f"quotasched-endpoint-{key.role}", credentials=key.nats)
         self.role = key.role
         self.job_queue = key.job_queue
+        self.own_share = None if key.quota_share is None else (key.job_queue, key.quota_share)
         self.client = WatchedClient()
 
     async def __aenter__(self) -> RoleBus:

@@ -12,7 +12,8 @@ client); every request is performed with the process's own NATS credentials.  Wi
 file `quotasched auth generate` writes), a request must carry a valid signature by a known key
 (`sigv4`: AWS's 403s otherwise) and is performed over a NATS connection logged in as that key's
 role (`roles`), so NATS's permissions decide what it may do: a refused subject is AWS's 403
-AccessDeniedException, naming what was refused.
+AccessDeniedException, naming what was refused.  A team's key describing another share's job
+is refused the same way (`roles.ResourceDenied`), as an IAM policy scoped to the team would.
 """
 
 from __future__ import annotations
@@ -144,9 +145,7 @@ class Endpoint:
         except Denied as denied:
             log.warning("NATS refused a request of the AWS Batch endpoint", role=denied.role,
                         operation=operation, refused=str(denied))  # fmt: skip
-            return _error("AccessDeniedException", f"User: {denied.role} is not authorized to "
-                          f"perform: batch:{operation} (the NATS server refused "
-                          f"{denied.action} to {denied.subject})", 403)  # fmt: skip
+            return _error("AccessDeniedException", denied.message(operation), 403)
         except Exception as error:  # never a hang or a bare 500: say what went wrong
             log.error("the AWS Batch endpoint failed a request", operation=operation,
                       error=repr(error), exc_info=error)  # fmt: skip

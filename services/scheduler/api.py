@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from quotasched.events.subjects import API_PREFIX
+from quotasched.events.subjects import ANY, API_PREFIX
 from quotasched.events.values import JobQueueOptions
 from quotasched.services.scheduler.core.entities import Job
 from quotasched.services.scheduler.core.state import State
@@ -340,18 +340,43 @@ def answer(state: State, verb: str, request: dict) -> dict[str, Any]:
 FLEET_VERBS = frozenset({"describe-service-environments", "describe-scheduling-policies"})
 
 
+# What a job's description shows to its own share only: AWS scopes them by IAM policy, here
+# the subject a team's credentials pin says whose they are (`events.subjects.api_subject`).
+PRIVATE = ("serviceRequestPayload", "tags")
+
+
+def scoped(answer: Any, queue: str | None, share: str) -> Any:
+    """`answer` as a team of (`queue`, `share`) may see it: every job of another share, at any
+    depth of the answer (a description, a list's summaries, whatever a verb may add), without
+    its `PRIVATE` members; its summary stays (id, name, status, share, priority, usage)."""
+    if isinstance(answer, list):
+        return [scoped(item, queue, share) for item in answer]
+    if not isinstance(answer, dict):
+        return answer
+    other = "jobId" in answer and (answer.get("jobQueue"), answer.get("quotaShareName")) != (
+        queue, share)  # fmt: skip
+    return {key: scoped(value, queue, share) for key, value in answer.items()
+            if not (other and key in PRIVATE)}  # fmt: skip
+
+
 def answer_in(scope: Partition, state: State, verb: str, request: dict,
-              subject_queue: str | None = None) -> dict[str, Any]:  # fmt: skip
+              subject_queue: str | None = None,
+              subject_share: str | None = None) -> dict[str, Any]:  # fmt: skip
     """`answer` as one scheduling partition gives it (see `partition.py`), to a request that
-    arrived on `qm.api.<subject_queue>.<verb>` (None: `qm.api.~.<verb>` or `qm.api.<verb>`).
+    arrived on `qm.api.<subject_queue>.<verb>` (None: `qm.api.~.<verb>` or `qm.api.<verb>`),
+    or on a team's `qm.api.<subject_queue>.<subject_share>.<verb>`: then answered about that
+    queue and with the payloads and tags of that share's jobs only (`scoped`).
 
     A request on a queue's subject is answered about that queue only, whoever answers it, so
-    NATS permissions on `qm.api.<queue>.>` confine a team's reads to its queue.  A single
+    NATS permissions on `qm.api.<queue>.<share>.*` confine a team's reads to its queue.  A single
     partition knows everything.  The fleet partition answers the fleet-wide verbs and, for
     the rest, names the job queues to ask instead (`{"redirect": [...]}`: the client asks each
     queue's partition on `qm.api.<queue>.<verb>` and merges).  A queue partition answers for
     its own queue, whose state (and configuration updates) only it holds.
     """
+    if subject_share is not None:  # `~` for a missing queue: about no queue, so nothing
+        answered = answer_in(scope, state, verb, request, subject_queue or ANY)
+        return scoped(answered, subject_queue, subject_share)
     if verb in FLEET_VERBS or verb not in VERBS:
         return answer(state, verb, request)
     if subject_queue is None and scope.token is not None and not scope.is_queue:

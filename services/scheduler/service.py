@@ -22,7 +22,7 @@ from nats.aio.client import Client
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import APIError, KeyWrongLastSequenceError, NotFoundError
 
-from quotasched.events.subjects import ANY, API_PREFIX, COMMANDS_STREAM, FACTS_STREAM
+from quotasched.events.subjects import API_PREFIX, COMMANDS_STREAM, FACTS_STREAM, parse_api_subject
 from quotasched.services import logs
 from quotasched.services.bus import DISK_FULL, FactAppender, ensure_streams, refusal_cause
 from quotasched.services.metrics import WriterStats
@@ -313,14 +313,12 @@ class Scheduler(Writer):
 
     async def _on_request(self, msg) -> None:
         """Read answers from the decided state (it may be one batch ahead of the log)."""
-        tokens = msg.subject.split(".")  # qm.api.<verb> or qm.api.<queue or ~>.<verb>
-        verb, queue = tokens[-1], (tokens[2] if len(tokens) == 4 else ANY)
+        queue, share, verb = parse_api_subject(msg.subject)  # a team's: with its share
         try:
             request = json.loads(msg.data or b"{}")
             if self.recovered is None:
                 raise RuntimeError("the scheduler is still recovering; try again")
-            response = answer_in(self.scope, self.recovered.state, verb, request,
-                                 None if queue == ANY else queue)  # fmt: skip
+            response = answer_in(self.scope, self.recovered.state, verb, request, queue, share)
         except Exception as error:  # a bad request gets an error, never a crash
             response = {"error": {"type": "ClientException", "message": str(error)}}
         if msg.reply:

@@ -102,6 +102,7 @@ async def job(bus, js, job_id: str) -> dict[str, Any]:
     it: the log is read here, the folding runs in a thread (not on the scheduler's loop).  A
     job name works like an id; a name several jobs share answers their ids (`matches`)."""
     from quotasched.services.explain import ids_named, render, story_of
+    from quotasched.services.scheduler.api import PRIVATE
     from quotasched.services.scheduler.log import read_log
 
     texts = [data async for _, data, _ in read_log(js)]
@@ -119,6 +120,9 @@ async def job(bus, js, job_id: str) -> dict[str, Any]:
             job_id = named[0]
             described = await bus.request("describe-service-job", jobId=job_id)
     entries = await asyncio.to_thread(story_of, job_id, texts)
+    # the page shows neither; served unauthenticated on loopback, they stay out (a payload's
+    # Environment may hold a team's secrets: services/scheduler/api.py PRIVATE)
+    described = {key: value for key, value in described.items() if key not in PRIVATE}
     return {"jobId": job_id, "job": described,
             "story": [entry.document() for entry in entries],
             "text": render(entries, job_id) if entries else f"No fact names job {job_id}."}

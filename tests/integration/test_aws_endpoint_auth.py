@@ -357,6 +357,8 @@ def test_generate_writes_a_key_pair_per_role_and_the_endpoints_keys_file(generat
         assert len(key_id) == 20 and key_id.startswith("QSAK") and key_id.isupper()
         assert key_id.isalnum() and len(entry["secretAccessKey"]) == 40
         assert entry["nats"] == {name: value for name, value in file.items()
-                                 if name.startswith("QUOTASCHED_NATS_")}  # fmt: skip
+                                 if name.startswith(("QUOTASCHED_NATS_", "QUOTASCHED_TEAM_"))}
         assert entry.get("jobQueue") == ("q" if role.startswith("pipeline-") else None)
+        assert entry.get("quotaShare") == (role.rsplit("-", 1)[1] if role.startswith("pipeline-")
+                                           else None)  # fmt: skip
     assert len({entry["secretAccessKey"] for entry in keys.values()}) == len(keys)

@@ -109,13 +109,15 @@ def scheduler_allowed() -> set[str]:
 
 
 def executor_allowed() -> set[str]:
+    """Any consumer name on the fact log but the teams' slots (denied by name)."""
     return started() | log_reader(FACTS_STREAM) | js(
         "CONSUMER.DURABLE.CREATE.QM_FACTS.executor-simulated",
         "CONSUMER.INFO.QM_FACTS.executor-simulated",
-        f"CONSUMER.DURABLE.CREATE.QM_FACTS.{TEAM}-0", f"CONSUMER.INFO.QM_FACTS.{TEAM}-0",
+        "CONSUMER.DELETE.QM_FACTS.executor-simulated",  # to restore it when it was changed
         f"CONSUMER.DURABLE.CREATE.QM_FACTS.{TEAM}-{CONSUMER_SLOTS}",
         f"CONSUMER.INFO.QM_FACTS.{TEAM}-{CONSUMER_SLOTS}",
-    ) | {"$JS.ACK.QM_FACTS.executor-simulated.1.1.1.1.0", f"$JS.ACK.QM_FACTS.{TEAM}-0.1.1.1.1.0"}
+        f"CONSUMER.DELETE.QM_FACTS.{TEAM}-{CONSUMER_SLOTS}",
+    ) | {"$JS.ACK.QM_FACTS.executor-simulated.1.1.1.1.0"}
 
 
 def team_allowed() -> set[str]:
@@ -130,6 +132,7 @@ ALLOWED = {  # role: (allowed publishes among probes(role), allowed subscription
     "scheduler": (scheduler_allowed, {"$KV.QM_LEASES.>"}),
     "projector": (lambda: started() | log_reader(FACTS_STREAM), set()),
     "executor": (executor_allowed, {"_INBOX_executor.>"}),  # its own inbox
+    "agent": (executor_allowed, set()),  # and its fleet's bucket, which no probe names
     TEAM: (team_allowed, set()),
     "pipeline-q-qs2": (lambda: js("INFO", "STREAM.INFO.QM_FACTS"), set()),
     "admin": (lambda: set(admin_probes()), set(SUBSCRIPTIONS)),

@@ -156,13 +156,14 @@ async def test_each_role_can_do_only_its_job(secured, spawn, tmp_path):
             ]  # fmt: skip
             for subject, payload in refused:
                 await pipeline.refused_publish(subject, payload)
-            # it may ask about its own job queue, on that queue's subject ...
+            # it may ask about its own job queue, on its share's subject of that queue ...
             listed = json.loads((await pipeline.nc.request(
-                "qm.api.q.list-service-jobs", b'{"jobStatus": "ALL"}', timeout=5.0)).data)
+                "qm.api.q.qs1.list-service-jobs", b'{"jobStatus": "ALL"}', timeout=5.0)).data)
             assert [job["jobId"] for job in listed["jobSummaryList"]] == ["mine"]
             # ... but not ask about every queue, or another queue, nor read another share's facts
             for subject in ("qm.api.list-service-jobs", "qm.api.~.describe-service-job",
-                            "qm.api.other.list-service-jobs"):  # fmt: skip
+                            "qm.api.other.list-service-jobs", "qm.api.q.list-service-jobs",
+                            "qm.api.q.qs2.list-service-jobs"):  # fmt: skip
                 with pytest.raises(Exception):
                     await pipeline.nc.request(subject, b'{"jobQueue": "q"}', timeout=1.0)
                 await pipeline.violation(subject)
@@ -345,7 +346,7 @@ async def test_a_team_forging_the_next_tick_ids_does_not_stop_the_timers(secured
         await pipeline.js.publish(own, json.dumps(timed).encode(), stream=COMMANDS_STREAM)
 
         async def status(job_id: str) -> str | None:
-            reply = await pipeline.nc.request("qm.api.q.describe-service-job",
+            reply = await pipeline.nc.request("qm.api.q.qs1.describe-service-job",
                                               json.dumps({"jobId": job_id}).encode(), timeout=5.0)
             return json.loads(reply.data).get("status")
 
