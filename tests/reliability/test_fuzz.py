@@ -65,5 +65,18 @@ def test_replay_cli_reads_a_hostile_file_to_the_end(tmp_path):
     done = subprocess.run([QUOTASCHED, "replay", str(path)], capture_output=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     facts = [json.loads(line) for line in done.stdout.splitlines()]
-    lines = len(collected) + len(setup_messages())
-    assert {fact["commandSeq"] for fact in facts} == set(range(1, lines + 1))
+    lines = [payload for _, payload in setup_messages()] + collected
+    decided = {fact["commandSeq"] for fact in facts}
+    # Every line is decided to the end, but a Tick that finds no timer due decides nothing
+    # (no fact), so those lines alone may have none; which messages Hypothesis draws varies
+    # with the modules already imported (its pool of the code's own constants).
+    ticks = {seq for seq, line in enumerate(lines, start=1) if _kind(line) == "Tick"}
+    assert set(range(1, len(lines) + 1)) - ticks <= decided <= set(range(1, len(lines) + 1))
+
+
+def _kind(line: bytes):
+    try:
+        message = json.loads(line)
+    except (ValueError, RecursionError):  # hostile: not JSON, or nested past any decoder
+        return None
+    return message.get("kind") if isinstance(message, dict) else None
