@@ -8,10 +8,11 @@ keeps the command log and the fact log (the record) forever unless an operator s
 
 from __future__ import annotations
 
-from typing import Literal
+import re
+from typing import Annotated, Literal
 
-from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
 class StreamOptions(BaseSettings):
@@ -41,3 +42,17 @@ class Settings(BaseSettings):
     metrics_port: int | None = Field(None, ge=0, le=65535)  # 0: any free port
     metrics_host: str = "127.0.0.1"  # 0.0.0.0 to be scraped from other hosts or containers
     streams: StreamOptions = Field(default_factory=StreamOptions)
+    # The executor's variables a job also gets (`--pass-env`; QUOTASCHED_PASS_ENV="A,B"): a
+    # job's environment is built, never inherited (services/executors/jobenv.py).
+    pass_env: Annotated[tuple[str, ...], NoDecode] = ()
+    # The user jobs run as (`--run-as`; QUOTASCHED_RUN_AS), and where their attempts' working
+    # directories go (`--work-dir`; default <state dir>/work): services/executors/jobuser.py.
+    run_as: str | None = None
+    job_work_dir: str | None = None
+
+    @field_validator("pass_env", mode="before")
+    @classmethod
+    def _names(cls, value):
+        if isinstance(value, str):  # from the environment: comma- or space-separated
+            return tuple(name for name in re.split(r"[\s,]+", value) if name)
+        return value

@@ -10,7 +10,8 @@ import warnings
 from faststream import AckPolicy
 from faststream.nats import JStream, NatsBroker
 from faststream.nats.annotations import NatsMessage
-from nats.js.api import DeliverPolicy
+from nats.js.api import AckPolicy as ConsumerAck
+from nats.js.api import ConsumerConfig, DeliverPolicy, ReplayPolicy
 
 from quotasched.events.base import NAME_PATTERN, NAME_RULE
 from quotasched.events.subjects import COMMANDS_STREAM, FACTS_PREFIX, FACTS_STREAM
@@ -32,6 +33,18 @@ EXECUTOR_FACTS = ("JobSubmitted", "JobDispatched", "JobPreempted", "JobStatusCha
 # The ones that say how to run a job, or that it is over, or where (Executor.learn).
 LEARNED = ("JobSubmitted", "JobPreempted", "JobStatusChanged", "JobQueueCreated",
            "JobQueueUpdated")  # fmt: skip
+ACK_WAIT_S = 30.0  # a fact not acked within this is delivered again
+MAX_ACK_PENDING = 1000  # facts delivered and not yet acked, at most
+
+
+def consumer_config(durable: str, fact_filter: str) -> ConsumerConfig:
+    """Every option of an executor's durable consumer, explicit: its subscriber creates it
+    with these, and its watch (watch.py) holds it to them, restoring it if anyone changes one.
+    Every fact in order, each acked explicitly after it was handled, redelivered forever."""
+    return ConsumerConfig(durable_name=durable, filter_subject=fact_filter,
+                          deliver_policy=DeliverPolicy.ALL, ack_policy=ConsumerAck.EXPLICIT,
+                          ack_wait=ACK_WAIT_S, max_deliver=-1, max_ack_pending=MAX_ACK_PENDING,
+                          replay_policy=ReplayPolicy.INSTANT)  # fmt: skip
 
 
 def build_executor(broker: NatsBroker, kind: str, *, speed: float = 1.0, grace_s: float = 10.0,
@@ -74,8 +87,14 @@ def commands_publisher(broker: NatsBroker):
 def subscribe(broker: NatsBroker, executor: Executor, durable: str, fact_filter: str) -> Executor:
     """Register `executor`'s durable subscriber on the fact log (`fact_filter`) on `broker`."""
 
+    mine = fact_filter.removesuffix(">")  # `qm.fact.` or `qm.fact.<queue>.`
+
     async def on_fact(fact: dict, msg: NatsMessage) -> None:  # the decoded JSON object
-        if fact.get("kind") in EXECUTOR_FACTS:
+        subject = msg.raw_message.subject
+        if not subject.startswith(mine):  # its consumer was changed: the watch restores it
+            log.error("a fact outside the executor's filter was delivered; ignored",
+                      consumer=durable, subject=subject, fact_filter=fact_filter)  # fmt: skip
+        elif fact.get("kind") in EXECUTOR_FACTS:
             await executor.on_fact(fact)
         # Handled (acked next): a consumer recreated after a deletion resumes after it.
         executor.handled_seq = max(executor.handled_seq, msg.raw_message.metadata.sequence.stream)
@@ -87,7 +106,7 @@ def subscribe(broker: NatsBroker, executor: Executor, durable: str, fact_filter:
         broker.subscriber(
             fact_filter, stream=JStream(FACTS_STREAM, declare=False),
             durable=durable, deliver_policy=DeliverPolicy.ALL,
-            ack_policy=AckPolicy.ACK,
+            ack_policy=AckPolicy.ACK, config=consumer_config(durable, fact_filter),
         )(on_fact)  # fmt: skip
 
     executor.consumer = durable
@@ -107,8 +126,10 @@ async def catch_up(js, executor: Executor, on_fatal=None) -> int:
     if the consumer is lost for good (the executor must then stop, non-zero)."""
     from nats.js.errors import NotFoundError
 
+    declared = consumer_config(executor.consumer, executor.fact_filter)
     executor.watch = ConsumerWatch(js, executor.consumer, on_fatal=on_fatal,
-                                   handled=lambda: executor.handled_seq).start()
+                                   handled=lambda: executor.handled_seq,
+                                   expected=declared).start()  # fmt: skip
 
     from quotasched.services.scheduler.log import ALL_FACTS, read_log
 
