@@ -9,6 +9,7 @@ which order: server, scheduler, projector (optional), executor; stopped in the r
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 from collections.abc import Callable
 from contextlib import AsyncExitStack
@@ -121,6 +122,9 @@ class Stack:
                                           name=self.executor_name,
                                           state_dir=self.executor_state_dir,
                                           job_queue=self.executor_job_queue)  # fmt: skip
+            executor.pass_env = self.settings.pass_env  # what a job also gets (jobenv.py)
+            if self.settings.run_as is not None:
+                self._run_jobs_as(executor)
             await catch_up(nc.jetstream(), executor, on_fatal=self._executor_lost)
             self._exit.push_async_callback(executor.watch.stop)  # also if the start fails
             await broker.start()  # its subscriber creates (or resumes) the durable consumer
@@ -135,6 +139,21 @@ class Stack:
         if self.web_port is not None:
             await self._start_web()
         return self
+
+    def _run_jobs_as(self, executor) -> None:
+        """`--run-as`: the jobs run as that user (jobuser.py), and everything this process
+        writes from now on (ledger, records, logs) is its own alone: umask 077, the files
+        already in its state directory made private, the directory traversable only (the
+        work directory may be inside), the logs directory private."""
+        from quotasched.services.executors.jobuser import JobUser, make_private
+
+        state_dir = self.executor_state_dir or ".quotasched"
+        work_dir = self.settings.job_work_dir or os.path.join(state_dir, "work")
+        executor.job_user = JobUser.resolve(self.settings.run_as, work_dir)
+        os.umask(0o077)
+        make_private(state_dir, traversable=True)
+        if self.agent is not None and self.agent.logs_dir:
+            make_private(self.agent.logs_dir)
 
     async def _start_endpoint(self) -> None:
         """The AWS Batch endpoint, last: by then a request finds the whole stack running."""

@@ -15,7 +15,10 @@ from typing import Annotated, NoReturn, Optional
 
 import typer
 
-from quotasched.services.cli.services_cli import NatsUrl, _settings, check_attempt_file
+from quotasched.services.cli.services_cli import (NatsUrl, PassEnv, RequireContainment, RunAs,
+                                                  WorkDir, _settings, check_attempt_file,
+                                                  job_user_of, pass_env_names,
+                                                  say_containment)  # fmt: skip
 
 
 def register(app: typer.Typer) -> None:
@@ -80,6 +83,10 @@ def agent_command(
     heartbeat: Annotated[float, typer.Option("--heartbeat", help="Seconds between heartbeats.")] = 2.0,
     host_timeout: Annotated[float, typer.Option("--host-timeout", help="Seconds without a heartbeat after which a host is lost.")] = 10.0,
     container_runtime: Annotated[Optional[str], typer.Option("--container-runtime", help="docker or podman: a job that names an image (tag image, or the payload's TrainingImage) runs in a container of it; other jobs run as processes.", show_default=False)] = None,
+    require_containment: RequireContainment = False,
+    pass_env: PassEnv = None,
+    run_as: RunAs = None,
+    work_dir: WorkDir = None,
 ) -> None:
     """Run a GPU host's agent: it places dispatched attempts on its own GPUs and runs them.
 
@@ -103,10 +110,14 @@ def agent_command(
         heartbeat_s=heartbeat, host_timeout_s=host_timeout, container_runtime=container_runtime,
         container_devices=gpus is None)  # fmt: skip
     check_attempt_file("agent", state_dir / f"{options.durable}.json")
+    passed = pass_env_names("agent", pass_env)
+    say_containment("agent", options.durable, require_containment)
+    user, work = job_user_of("agent", run_as, work_dir, state_dir)
     logs.configure()
 
     async def run():
-        async with Stack(_settings(nats_url), executor="agent", scheduler=False,
+        settings = _settings(nats_url, pass_env=passed, run_as=user, job_work_dir=work)
+        async with Stack(settings, executor="agent", scheduler=False,
                          executor_state_dir=str(state_dir), agent=options) as stack:  # fmt: skip
             stop_on_signals(stack.stop)
             await stack.stop.wait()
@@ -132,8 +143,13 @@ def logs_command(
     --nats-url (or QUOTASCHED_NATS_URL) it then says which host placed each of the job's
     attempts, from the fleet's claims.
     """
+    from quotasched.events.base import is_path_component
     from quotasched.services.executors.agent import attempt_log, exit_path
 
+    if not is_path_component(job_id):  # `..` would read the folder above the logs
+        typer.echo(f"quotasched logs: {job_id!r} is not a job id (no job's log directory is "
+                   "empty, '.', '..' or holds '/')", err=True)  # fmt: skip
+        raise typer.Exit(2)
     folder = logs_dir / job_id
     if attempt is None:
         numbers = sorted(int(p.stem) for p in folder.glob("*.log") if p.stem.isdigit()) if folder.is_dir() else []

@@ -40,10 +40,84 @@ MetricsPort = Annotated[
 ]
 
 
+PassEnv = Annotated[Optional[list[str]], typer.Option(
+    "--pass-env", help="An environment variable of this process that every job also gets "
+                       "(repeat it, or NAME,NAME; default: QUOTASCHED_PASS_ENV). A job's "
+                       "environment is otherwise only PATH, HOME, LANG, LC_*, TZ, TERM, TMPDIR, "
+                       "USER, its payload's Environment and QUOTASCHED_JOB_ID/ATTEMPT; "
+                       "QUOTASCHED_*, AWS_*, NATS_* and *CREDS*/*CREDENTIAL* are refused.",
+    show_default=False)]
+
+
+def pass_env_names(verb: str, given: Optional[list[str]]) -> tuple[str, ...]:
+    """`--pass-env` (else QUOTASCHED_PASS_ENV), checked before anything starts: a name no job
+    may have (a credential) is one line and exit status 2 (services/executors/jobenv.py)."""
+    import os
+
+    from quotasched.services.executors.jobenv import JobEnvError, check_pass_env, split_names
+
+    text = ",".join(given) if given else os.environ.get("QUOTASCHED_PASS_ENV", "")
+    try:
+        return check_pass_env(split_names(text), os.environ)
+    except JobEnvError as error:
+        typer.echo(f"quotasched {verb}: --pass-env: {error}", err=True)
+        raise typer.Exit(2) from None
+
+
 def _settings(nats_url: Optional[str], **values) -> "Settings":
     from quotasched.services.settings import Settings
 
     return Settings(nats_url=nats_url, **{k: v for k, v in values.items() if v is not None})
+
+
+RunAs = Annotated[Optional[str], typer.Option(
+    "--run-as", envvar="QUOTASCHED_RUN_AS",
+    help="Run every job as this user (name or uid; not root), in a working directory of its "
+         "own that is also its HOME, so that a job cannot read or write the executor's files "
+         "(its ledger, logs, credentials). The executor must run as root. Default: jobs run "
+         "as the executor's own user.", show_default=False)]
+WorkDir = Annotated[Optional[Path], typer.Option(
+    "--work-dir", envvar="QUOTASCHED_JOB_WORK_DIR",
+    help="With --run-as: where each attempt's working directory goes, <dir>/<job>/<attempt> "
+         "(default: <state-dir>/work).", show_default=False)]
+
+
+def job_user_of(verb: str, run_as: Optional[str], work_dir: Optional[Path],
+                state_dir: Path) -> tuple[Optional[str], Optional[str]]:  # fmt: skip
+    """`--run-as` checked before anything starts (one line and exit status 2 where it cannot
+    be honoured), and one line on who the jobs run as; the (user, work dir) settings."""
+    from quotasched.services.executors.jobuser import JobUser, JobUserError, describe_default
+
+    if run_as is None:
+        typer.echo(describe_default(), err=True)
+        return None, None
+    where = str(work_dir or state_dir / "work")
+    try:
+        typer.echo(JobUser.resolve(run_as, where).describe(), err=True)
+    except JobUserError as error:
+        typer.echo(f"quotasched {verb}: {error}", err=True)
+        raise typer.Exit(2) from None
+    return run_as, where
+
+
+RequireContainment = Annotated[bool, typer.Option(
+    "--require-containment", help="Refuse to start (exit 2) unless each attempt can get a cgroup "
+                                  "v2 of its own, killed whole when the attempt ends (Linux >= "
+                                  "5.14, root or a delegated cgroup); without it, a fallback "
+                                  "that a job clearing its environment can escape.")]
+
+
+def say_containment(verb: str, owner: str, required: bool) -> None:
+    """One line on how the attempts are contained (services/executors/contain.py); with
+    `required`, no cgroup is a refusal instead, in one line, exit status 2."""
+    from quotasched.services.executors.contain import check
+
+    support = check(owner)
+    if required and support.parent is None:
+        typer.echo(f"quotasched {verb}: --require-containment: no cgroup v2 for the attempts "
+                   f"here ({support.reason})", err=True)  # fmt: skip
+        raise typer.Exit(2)
+    typer.echo(support.describe(), err=True)
 
 
 def check_attempt_file(verb: str, path: Path) -> None:
@@ -78,6 +152,8 @@ def up(
     gpus: Annotated[Optional[str], typer.Option("--gpus", help="--executor agent: the GPUs to hand out (0,1,2; default: NVML's).", show_default=False)] = None,
     capacity_unit: Annotated[Optional[str], typer.Option("--capacity-unit", help="--executor agent: the unit one GPU is.", show_default=False)] = None,
     service_environment: Annotated[Optional[str], typer.Option("--service-environment", help="--executor agent: the service environment whose capacity the GPUs are.", show_default=False)] = None,
+    pass_env: PassEnv = None,
+    run_as: RunAs = None,
 ) -> None:
     """Start everything: nats-server (unless --nats-url), the scheduler, the projector and an
     executor.
@@ -106,6 +182,14 @@ def up(
         typer.echo("quotasched up: --executor must be simulated, process, sagemaker, agent or "
                    "none", err=True)  # fmt: skip
         raise typer.Exit(2)
+    passed = pass_env_names("up", pass_env)
+    user = work = None
+    if executor in ("process", "agent"):  # jobs in <data-dir>/work with --run-as
+        user, work = job_user_of("up", run_as, None, data_dir)
+    elif run_as is not None:
+        typer.echo(f"quotasched up: --run-as: the {executor} executor runs no process here",
+                   err=True)  # fmt: skip
+        raise typer.Exit(2)
     agent = None
     if executor == "agent":  # this host's GPU agent, its logs in <data-dir>/logs
         from quotasched.services.cli.agent_cli import agent_options
@@ -131,7 +215,8 @@ def up(
             from quotasched.services.runtime import serve
 
             logs.configure()
-            settings = _settings(nats_url, data_dir=str(data_dir), metrics_port=metrics_port)
+            settings = _settings(nats_url, data_dir=str(data_dir), metrics_port=metrics_port,
+                                 pass_env=passed, run_as=user, job_work_dir=work)  # fmt: skip
             projector_db = None if no_projector else str(db if db is not None else data_dir / "quotasched.duckdb")
             code = asyncio.run(serve(settings, port=port, executor=executor, speed=speed,
                                      announce=lambda url: print(url, flush=True),
@@ -253,6 +338,10 @@ def executor_command(
         help="Where the executor keeps the attempts it runs (executor-NAME.json), so that "
              "after a crash the next start stops their processes and reports them FAILED.")
     ] = Path(".quotasched"),
+    require_containment: RequireContainment = False,
+    pass_env: PassEnv = None,
+    run_as: RunAs = None,
+    work_dir: WorkDir = None,
 ) -> None:
     """Run an executor: it starts dispatched jobs and reports their status.
 
@@ -278,10 +367,21 @@ def executor_command(
     from quotasched.services.executors.base import consumer_name
 
     check_attempt_file("executor", state_dir / f"{consumer_name(kind, name, job_queue)}.json")
+    passed = pass_env_names("executor", pass_env)
+    user = work = None
+    if kind == "process":  # the only kind running processes here
+        say_containment("executor", consumer_name(kind, name, job_queue), require_containment)
+        user, work = job_user_of("executor", run_as, work_dir, state_dir)
+    elif run_as is not None:
+        typer.echo(f"quotasched executor: --run-as: the {kind} executor runs no process here",
+                   err=True)  # fmt: skip
+        raise typer.Exit(2)
     logs.configure()
 
     async def run() -> None:
-        async with Stack(_settings(nats_url), executor=kind, speed=speed, scheduler=False,
+        async with Stack(_settings(nats_url, pass_env=passed, run_as=user, job_work_dir=work),
+                         executor=kind, speed=speed,
+                         scheduler=False,
                          executor_name=name, executor_state_dir=str(state_dir),
                          executor_job_queue=job_queue) as stack:
             stop_on_signals(stack.stop)

@@ -12,8 +12,9 @@ session, SIGTERM then SIGKILL after the grace period, the ledger) with GPUs to h
   won; the scheduler then queues the job again;
 - the attempt's process gets CUDA_VISIBLE_DEVICES set to exactly its GPUs, and its stdout and
   stderr go to `<logs_dir>/<job>/<attempt>.log` (`<attempt>.exit` says how it ended, once it
-  has); two attempts never hold the same GPU, and a stopped attempt's GPUs are free only once
-  its process has exited;
+  has); two attempts never hold the same GPU, and an attempt's GPUs are free only once
+  nothing it started is alive (its cgroup or its marker, contain.py: a daemonized child
+  too);
 - `afterPreemptionOf`: the preemptor waits (at most `victim_timeout_s`) until its victims have
   stopped, here (their process exited) or on another host (its heartbeat no longer lists them,
   or the host is no longer live), then it is placed;
@@ -35,8 +36,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from quotasched.events.base import is_path_component
 from quotasched.services import logs
-from quotasched.services.executors import containers
+from quotasched.services.executors import containers, jobenv
 from quotasched.services.executors.base import Attempt, Publish
 from quotasched.services.executors.containers import RUNTIMES
 from quotasched.services.executors.fleet import Fleet
@@ -188,7 +190,11 @@ class GpuAgent(ProcessExecutor):
         try:
             await self._run(attempt)
         finally:
-            self._release(attempt)
+            try:  # its GPUs are free only once nothing of it is alive (contain.py)
+                while not await self.end_processes(attempt):
+                    pass
+            finally:
+                self._release(attempt)
 
     async def _wait_for_victims(self, victims: list[str]) -> None:
         """Until every victim has stopped, here or on another host; at most victim_timeout_s
@@ -270,9 +276,17 @@ class GpuAgent(ProcessExecutor):
         entry = self.holding.get((attempt.job_id, attempt.attempt))
         return entry["gpus"] if entry else []
 
-    def environment(self, attempt: Attempt) -> dict[str, str]:
-        return {**super().environment(attempt),
-                "CUDA_VISIBLE_DEVICES": ",".join(self.gpus_of(attempt))}  # fmt: skip
+    def environment(self, attempt: Attempt, **fixed: str) -> dict[str, str]:
+        """The process executor's (built, no credential: jobenv.py) with exactly its GPUs.  A
+        container gets these variables (`argv`, `--env`); its runtime's client, the attempt's
+        process once `argv` chose a container, also gets the executor's runtime settings
+        (jobenv.RUNTIME_CLIENT: CONTAINERS_CONF, XDG_RUNTIME_DIR, DOCKER_HOST, ...), which
+        the container does not see."""
+        env = super().environment(attempt, CUDA_VISIBLE_DEVICES=",".join(self.gpus_of(attempt)),
+                                  **fixed)  # fmt: skip
+        if (attempt.job_id, attempt.attempt) in self.in_containers:
+            return {**jobenv.runtime_client(os.environ), **env}
+        return env
 
     def log_path(self, attempt: Attempt) -> str:
         return attempt_log(self.logs_dir, attempt.job_id, attempt.attempt)
@@ -282,18 +296,26 @@ class GpuAgent(ProcessExecutor):
         running it in a container (containers.py)."""
         runtime = self.options.container_runtime
         image = containers.image_of(attempt.spec) if runtime is not None else None
+        containers.check_attempt(attempt.job_id, image)  # a job from an older log: fails here
         if runtime is None or image is None:
             return super().argv(attempt)
         try:
             command = command_line(attempt.spec)
         except ValueError:
             command = []  # no command: the image's own entrypoint
-        env = {"CUDA_VISIBLE_DEVICES": ",".join(self.gpus_of(attempt)),
-               "QUOTASCHED_JOB_ID": attempt.job_id, "QUOTASCHED_ATTEMPT": str(attempt.attempt)}
+        env = self.environment(attempt)  # the same variables as a process (jobenv.py)
         self.in_containers.add((attempt.job_id, attempt.attempt))
+        user = self.job_user and f"{self.job_user.uid}:{self.job_user.gid}"
         return containers.run_argv(runtime, containers.container_name(attempt.job_id, attempt.attempt),
                                    image, command, env, self.gpus_of(attempt),
-                                   self.options.container_devices)  # fmt: skip
+                                   self.options.container_devices, user)  # fmt: skip
+
+    def runs_as(self, attempt: Attempt):
+        """In a container, the runtime's client runs as the agent (the container as the job
+        user, `--user`); a process as the job user."""
+        if (attempt.job_id, attempt.attempt) in self.in_containers:
+            return None
+        return self.job_user
 
     def note(self, attempt: Attempt, pid: int | None = None, pid_started: str | None = None) -> None:
         super().note(attempt, pid, pid_started)
@@ -330,13 +352,23 @@ class GpuAgent(ProcessExecutor):
         await super().interrupt(attempt)
         self._ended(attempt, "STOPPED")
 
+    async def end_processes(self, attempt: Attempt) -> bool:
+        """A container is removed through its runtime before what is left of the attempt is
+        killed: the runtime's monitor (podman's conmon) may be in the attempt's cgroup, and
+        killed mid-cleanup it would leave the exited container behind."""
+        key = (attempt.job_id, attempt.attempt)
+        runtime = self.options.container_runtime
+        if runtime is not None and key in self.containments and containers.image_of(attempt.spec):
+            await containers.remove(runtime, containers.container_name(*key))
+        return await super().end_processes(attempt)
+
     def _ended(self, attempt: Attempt, how: str) -> None:
         """The process has exited: say so in the records and beside the log (`logs --follow`
         stops there)."""
         self.in_containers.discard((attempt.job_id, attempt.attempt))
         self.record("end", attempt, gpus=self.gpus_of(attempt), how=how)
         path = self.log_path(attempt)
-        if os.path.exists(path):
+        if is_path_component(attempt.job_id) and os.path.exists(path):  # never `<logs>/..`
             with open(exit_path(path), "w", encoding="utf-8") as handle:
                 handle.write(how + "\n")
 

@@ -11,7 +11,8 @@ between a retry and FAILED, as for any failed attempt).
 A local process outlives a killed executor (it runs in its own session), so the file also
 records its pid and its start time: recovery stops that process first (SIGTERM, then SIGKILL
 after the grace period), and only when the pid still names the same process, never a later
-one that happens to reuse the number.
+one that happens to reuse the number.  It also records the attempt's cgroup and marker
+(contain.py), so that recovery kills whatever else the attempt started (a daemonized child).
 
 The file is JSON Lines, one change a line (`{"add": entry}` or `{"end": [job, attempt]}`),
 appended as it happens, so a change costs the same however many attempts run; it is compacted
@@ -39,6 +40,10 @@ class Entry:
     share: str
     pid: int | None = None
     pid_started: str | None = None  # the process's start time, from /proc (Linux)
+    # What contains everything the attempt started (contain.py): its cgroup, and the marker in
+    # its processes' environment.  Absent from the files of executors that predate them.
+    cgroup: str | None = None
+    token: str | None = None
 
 
 class Ledger:
@@ -117,7 +122,7 @@ class LedgerError(RuntimeError):
     pass
 
 
-def _stat(pid: int) -> list[str] | None:
+def proc_stat(pid: int) -> list[str] | None:
     """Fields 3.. of /proc/<pid>/stat (state first), None without such a process or /proc."""
     try:
         with open(f"/proc/{pid}/stat", encoding="utf-8") as handle:
@@ -131,12 +136,12 @@ def _stat(pid: int) -> list[str] | None:
 def process_started(pid: int) -> str | None:
     """When process `pid` started (clock ticks since boot, from /proc), None if there is no
     such process or no /proc: two processes with the same pid and start time are the same."""
-    fields = _stat(pid)
+    fields = proc_stat(pid)
     return fields[19] if fields is not None and len(fields) > 19 else None
 
 
 def process_alive(pid: int, started: str) -> bool:
     """Whether the process that started at `started` still runs as `pid` (a zombie, dead but
     not yet reaped, does not count)."""
-    fields = _stat(pid)
+    fields = proc_stat(pid)
     return fields is not None and len(fields) > 19 and fields[19] == started and fields[0] != "Z"

@@ -16,6 +16,11 @@ the pipe, and the shell exits (125) without running anything.  The command's std
 
 The attempt is reported STARTING before its process is spawned (a failed spawn: FAILED next)
 and RUNNING once the process exists.
+
+Nothing of an attempt outlives it (contain.py): the gate shell is put in the attempt's cgroup
+(or, without cgroups, the environment carries the attempt's marker) before the command runs,
+and whatever the attempt started is killed when it ends, also when its main process exited by
+itself, before the end is reported.
 """
 
 from __future__ import annotations
@@ -28,8 +33,14 @@ import shlex
 import shutil
 import signal
 
+from quotasched.services import logs
+from quotasched.services.executors import jobenv
 from quotasched.services.executors.base import Attempt, Executor, Publish
+from quotasched.services.executors.contain import Containment, Support, check, remove_if_empty
+from quotasched.services.executors.jobuser import JobUser, harden_executor
 from quotasched.services.executors.ledger import Entry, Ledger, process_alive, process_started
+
+log = logs.get("quotasched.executor")
 
 
 def command_line(spec: dict) -> list[str]:
@@ -64,11 +75,52 @@ class ProcessExecutor(Executor):
         self.grace_s = grace_s
         self.workdir = workdir
         self.processes: dict[tuple[str, int], asyncio.subprocess.Process] = {}
+        # Each running attempt's processes (contain.py), until nothing of it is alive.
+        self.containments: dict[tuple[str, int], Containment] = {}
+        self._support: Support | None = None
+        # Its credentials live in its environment: no job of its own user may read them
+        # through /proc (jobuser.py; a job running as root still can: --run-as).
+        harden_executor()
 
-    def environment(self, attempt: Attempt) -> dict[str, str]:
-        """The attempt's process environment (the GPU agent adds CUDA_VISIBLE_DEVICES)."""
-        return {**os.environ, "QUOTASCHED_JOB_ID": attempt.job_id,
-                "QUOTASCHED_ATTEMPT": str(attempt.attempt)}  # fmt: skip
+    @property
+    def support(self) -> Support:
+        """How this executor contains its attempts: checked once (said in one log line)."""
+        if self._support is None:
+            self._support = check(self.consumer)
+            log.info(self._support.describe(), consumer=self.consumer)
+        return self._support
+
+    async def recover(self) -> int:
+        self.support  # noqa: B018 (the containment check, said at start)
+        return await super().recover()
+
+    async def close(self) -> None:
+        """Stop and report the running attempts (base), each killed whole; then remove this
+        executor's parent cgroup, if nothing is left in it."""
+        await super().close()
+        if self._support is not None and self._support.parent is not None:
+            remove_if_empty(self._support.parent)
+
+    # The operator's allow-list of the executor's variables a job also gets (`--pass-env`,
+    # checked at start by jobenv.check_pass_env; set by the composition root).
+    pass_env: tuple[str, ...] = ()
+    # The user jobs run as (`--run-as`, jobuser.py; set by the composition root): None, this
+    # executor's own user.
+    job_user: JobUser | None = None
+
+    def runs_as(self, attempt: Attempt) -> JobUser | None:
+        """Who the attempt's process runs as (the GPU agent: the runtime's client stays the
+        agent's, the container's process is the job user)."""
+        return self.job_user
+
+    def environment(self, attempt: Attempt, **fixed: str) -> dict[str, str]:
+        """The attempt's process environment, built, never inherited (jobenv.py): no
+        credential of the executor's; `fixed` adds what the executor sets (the GPU agent's
+        CUDA_VISIBLE_DEVICES).  Raises JobEnvError (the attempt FAILS with it) when the
+        payload's Environment asks for a variable no job may have."""
+        return jobenv.build(os.environ, self.pass_env, attempt.spec, {
+            "QUOTASCHED_JOB_ID": attempt.job_id, "QUOTASCHED_ATTEMPT": str(attempt.attempt),
+            **fixed})  # fmt: skip
 
     def argv(self, attempt: Attempt) -> list[str]:
         """The attempt's command line (the GPU agent may wrap it in a container's)."""
@@ -82,16 +134,22 @@ class ProcessExecutor(Executor):
     async def execute(self, attempt: Attempt) -> tuple[str, str | None]:
         await self.report(attempt, "STARTING")
         argv = self.argv(attempt)
-        env = self.environment(attempt)
-        if not _runnable(argv[0], self.workdir, env.get("PATH", os.defpath)):
+        containment = Containment.new(self.support, attempt.job_id, attempt.attempt)
+        env = {**self.environment(attempt), **containment.environment()}
+        cwd, spawn = self.workdir, {}
+        user = self.runs_as(attempt)
+        if user is not None:  # its own directory, which is also its HOME
+            cwd = env["HOME"] = user.attempt_dir(attempt.job_id, attempt.attempt)
+            spawn = user.spawn_options()
+        if not _runnable(argv[0], cwd, env.get("PATH", os.defpath)):
             raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), argv[0])
         path = self.log_path(attempt)
         output = _open_log(path) if path is not None else None
         wait, go = os.pipe()  # the gate: the command runs once `go` has a line
         try:
             process = await asyncio.create_subprocess_exec(
-                "/bin/sh", "-c", GATE, "sh", *argv, cwd=self.workdir, env=env,
-                start_new_session=True, stdin=wait,
+                "/bin/sh", "-c", GATE, "sh", *argv, cwd=cwd, env=env,
+                start_new_session=True, stdin=wait, **spawn,
                 stdout=output or asyncio.subprocess.DEVNULL,
                 stderr=asyncio.subprocess.STDOUT if output else asyncio.subprocess.DEVNULL,
             )  # fmt: skip
@@ -104,7 +162,9 @@ class ProcessExecutor(Executor):
                 output.close()
         key = (attempt.job_id, attempt.attempt)
         self.processes[key] = process
+        self.containments[key] = containment
         try:
+            containment.enter(process.pid)  # before the go: all the command starts is in it
             self.note(attempt, process.pid, process_started(process.pid))
             os.write(go, b"go\n")  # the ledger has the pid: run the command
         except BrokenPipeError:
@@ -114,36 +174,98 @@ class ProcessExecutor(Executor):
         await self.report(attempt, "RUNNING")  # a cancellation leaves the process to `interrupt`
         code = await process.wait()
         self.processes.pop(key, None)
+        await self.end_processes(attempt)  # what it left running (a daemon) ends with it
         return ("SUCCEEDED", None) if code == 0 else ("FAILED", f"Process exited with code {code}")
 
     async def interrupt(self, attempt: Attempt) -> None:
-        process = self.processes.pop((attempt.job_id, attempt.attempt), None)
-        if process is None or process.returncode is not None:
-            return
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            await asyncio.wait_for(process.wait(), self.grace_s)
-        except (asyncio.TimeoutError, TimeoutError):
-            os.killpg(process.pid, signal.SIGKILL)
+        """SIGTERM to the attempt's process group and every other process of it; SIGKILL to
+        all of it once the grace period is over, or once its main process has exited."""
+        key = (attempt.job_id, attempt.attempt)
+        process = self.processes.pop(key, None)
+        containment = self.containments.get(key)
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        if process is not None and process.returncode is None:
+            os.killpg(process.pid, signal.SIGTERM)
+            if containment is not None:
+                containment.signal(signal.SIGTERM, besides_group=process.pid)
+            try:
+                await asyncio.wait_for(process.wait(), self.grace_s)
+            except (asyncio.TimeoutError, TimeoutError):
+                os.killpg(process.pid, signal.SIGKILL)
+            if containment is not None:  # its other processes get what is left of the grace
+                await _until(lambda: not containment.alive(), self.grace_s - (loop.time() - began))
+        await self.end_processes(attempt)
+        if process is not None:
             await process.wait()
 
-    async def end_lost(self, entry: Entry) -> None:
-        """SIGTERM, then SIGKILL after the grace period, to the process group of a process the
-        previous executor started, if that very process still runs (pid and start time)."""
-        if entry.pid is None or entry.pid_started is None:
+    def note(self, attempt: Attempt, pid: int | None = None,
+             pid_started: str | None = None) -> None:  # fmt: skip
+        """The ledger's entry also names what contains the attempt (its cgroup, its marker)."""
+        containment = self.containments.get((attempt.job_id, attempt.attempt))
+        if self.ledger is None or containment is None:
+            super().note(attempt, pid, pid_started)
             return
+        self.ledger.record(Entry(attempt.job_id, attempt.attempt, attempt.job_queue,
+                                 attempt.share, pid, pid_started, containment.path,
+                                 containment.token))  # fmt: skip
+
+    async def end_processes(self, attempt: Attempt) -> bool:
+        """Kill whatever of the attempt is still alive and remove its cgroup; whether nothing
+        of it is alive (then it is forgotten; otherwise it is tried again next time)."""
+        key = (attempt.job_id, attempt.attempt)
+        containment = self.containments.get(key)
+        if containment is None:
+            return True
+        if not await containment.kill_all():
+            return False
+        containment.cleanup()
+        self.containments.pop(key, None)
+        user = self.runs_as(attempt)
+        if user is not None:  # nothing of it runs any more: its scratch directory goes too
+            user.remove_attempt_dir(attempt.job_id, attempt.attempt)
+        return True
+
+    async def end_lost(self, entry: Entry) -> None:
+        """SIGTERM, then SIGKILL after the grace period, to what an attempt of the previous
+        executor left: the process group of its process, if that very process still runs
+        (pid and start time), and everything in its cgroup or carrying its marker (ledgers
+        older than containment name neither); then its cgroup is removed."""
+
+        def leader_alive() -> bool:
+            return entry.pid is not None and entry.pid_started is not None and \
+                process_alive(entry.pid, entry.pid_started)  # fmt: skip
+
+        contained = None
+        if entry.token:
+            cgroup = entry.cgroup if entry.cgroup and os.path.isdir(entry.cgroup) else None
+            leader = entry.pid if leader_alive() else None  # its session is the attempt's
+            contained = Containment(cgroup, entry.token, leader)
+
+        def alive() -> bool:
+            return leader_alive() or (contained is not None and contained.alive())
+
         for sig, wait_s in ((signal.SIGTERM, self.grace_s), (signal.SIGKILL, 5.0)):
-            if not process_alive(entry.pid, entry.pid_started):
-                return
-            try:
-                os.killpg(entry.pid, sig)
-            except ProcessLookupError:
-                return
-            # Not a child of this process: poll until it is gone (or a zombie of init's).
-            for _ in range(max(1, int(wait_s / 0.05))):
-                if not process_alive(entry.pid, entry.pid_started):
-                    return
-                await asyncio.sleep(0.05)
+            if not alive():
+                break
+            group = entry.pid if leader_alive() else None
+            if group is not None:
+                try:
+                    os.killpg(group, sig)
+                except ProcessLookupError:
+                    group = None
+            if contained is not None:
+                contained.signal(sig, besides_group=group)
+            await _until(lambda: not alive(), wait_s)  # not our children: polled
+        if contained is not None and await contained.kill_all():
+            contained.cleanup()
+
+
+async def _until(condition, wait_s: float) -> None:
+    """Poll `condition` until it holds, at most `wait_s`."""
+    deadline = asyncio.get_running_loop().time() + wait_s
+    while not condition() and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.05)
 
 
 def _runnable(command: str, cwd: str | None, path: str) -> bool:

@@ -114,6 +114,31 @@ class ExecutorUnderTest:
         """What the executor observably did, in any order; None: it keeps no records."""
         return None
 
+    def daemon_job(self, stack: Stack, spec: JobSpec, quantity: int,
+                   pidfile: Path) -> dict[str, Any] | None:  # fmt: skip
+        """The `SubmitServiceJob` fields for a job doing `spec` that first starts a child in a
+        session of its own (`setsid`: out of the job's process group), which writes its pid to
+        `pidfile` and sleeps; None: the executor runs no such process (the scenario
+        `nothing_of_an_ended_attempt_survives` is then skipped)."""
+        return None
+
+    def process_alive(self, pid: int) -> bool:
+        """Whether process `pid` (a job's daemon) runs where the executor runs jobs; this
+        default looks on this host (/proc; a zombie, dead but not reaped, does not run)."""
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            return False
+        return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+    def environment_job(self, stack: Stack, spec: JobSpec, quantity: int, dump: Path,
+                        asked: dict[str, str]) -> dict[str, Any] | None:  # fmt: skip
+        """The `SubmitServiceJob` fields for a job doing `spec` that first writes its whole
+        environment, as a JSON object, to `dump`, and whose payload's `Environment` asks for
+        `asked`; None: the executor runs nothing whose environment it controls here (the
+        scenario `a_jobs_environment_holds_no_credential` is then skipped)."""
+        return None
+
     def close(self) -> None:
         """Stop the executor (SIGTERM) and whatever the target started for it."""
 
@@ -132,7 +157,8 @@ class Stack:
         self.server = EmbeddedServer(directory / "nats").start()
         self.env = {**os.environ, "QUOTASCHED_NATS_URL": self.server.url,
                     "QUOTASCHED_TICK_INTERVAL_S": "0.5", "QUOTASCHED_LEASE_TTL_S": "3",
-                    "QUOTASCHED_EXECUTOR_STATE_DIR": str(directory / "executor-state")}  # fmt: skip
+                    "QUOTASCHED_EXECUTOR_STATE_DIR": str(directory / "executor-state"),
+                    **CANARIES}  # fmt: skip
         self.processes: list[Process] = []
         self.scheduler = self.spawn("scheduler")
         target.start(self)  # meanwhile: it needs neither the scheduler nor the environment yet
@@ -664,6 +690,105 @@ async def an_attempt_that_cannot_be_placed_is_reported_insufficient_capacity(kit
     assert not kit.records(), "an attempt that could not be placed was started"
 
 
+async def nothing_of_an_ended_attempt_survives(kit: Kit) -> None:
+    """Protocol (containment): an attempt's end ends everything it started.  A process the job
+    left behind (a `setsid` child, a daemon) is no longer alive once the attempt's end is
+    reported, nor once an attempt the scheduler ended has stopped: it would hold what the
+    attempt held (its GPUs) while the capacity is given to another job.
+
+    By hand: `quits` (share a) starts a setsid child that writes its pid and sleeps, then
+    exits 0 after half a second: SUCCEEDED, and that pid is not alive when the kit sees the
+    fact.  `stays` (share b) does the same and runs on; TerminateServiceJob ends it (FAILED,
+    TERMINATED), and its child's pid is not alive once its work has stopped (at most the
+    kit's wait later)."""
+    folder = kit.stack.directory
+    fields = {name: kit.target.daemon_job(kit.stack, spec, 1, folder / f"{kit.prefix}-{name}.pid")
+              for name, spec in (("quits", short()), ("stays", long(kit.target)))}  # fmt: skip
+    if None in fields.values():
+        pytest.skip(f"{kit.target.name}: it names no job that leaves a daemon (daemon_job)")
+    await kit.setup([("a", 1, False), ("b", 1, False)])
+    jobs = {}
+    for name, share in (("quits", "a"), ("stays", "b")):
+        jobs[name] = job_id = kit.job_id(name)
+        kit.routes[job_id] = (QUEUE, kit.share(share))
+        await kit.bus.publish({"kind": "SubmitServiceJob", "jobId": job_id, "jobName": name,
+                               "jobQueue": QUEUE, "quotaShareName": kit.share(share),
+                               **fields[name]})  # fmt: skip
+
+    async def daemon(name: str) -> int | None:
+        try:
+            return int((folder / f"{kit.prefix}-{name}.pid").read_text())
+        except (OSError, ValueError):
+            return None
+
+    try:
+        [ended] = await kit.until_status(jobs["quits"], 1, *ENDED)
+        assert ended["status"] == "SUCCEEDED", f"quits ended {ended}"
+        pid = await kit.until(lambda: daemon("quits"), "quits's child wrote its pid")
+        assert not kit.target.process_alive(pid), (
+            f"quits's setsid child {pid} outlived the attempt, reported SUCCEEDED")
+        await kit.until_running(jobs["stays"])
+        pid = await kit.until(lambda: daemon("stays"), "stays's child wrote its pid")
+        assert kit.target.process_alive(pid), "stays's child should run while stays does"
+        await kit.terminate(jobs["stays"], "conformance kit: containment")
+        await kit.until_status(jobs["stays"], 1, "FAILED")
+        await kit.until_stopped(jobs["stays"], 1)
+        await kit.until(lambda: _async(not kit.target.process_alive(pid)),
+                        f"stays's setsid child {pid} gone after the attempt was terminated")
+    finally:  # a failure leaves no daemon behind (on this host: the default process_alive)
+        if type(kit.target).process_alive is ExecutorUnderTest.process_alive:
+            for name in jobs:
+                pid = await daemon(name)
+                if pid is not None and kit.target.process_alive(pid):
+                    os.kill(pid, signal.SIGKILL)
+
+
+# Credentials every process of the stack (the executor too) has in its environment: no job
+# may see them, under their names or any other (a_jobs_environment_holds_no_credential).  None
+# is used by anything: the server has no users, and AWS_SECRET_ACCESS_KEY has no key id.
+CANARIES = {"QUOTASCHED_NATS_PASSWORD": "kit-canary-nats-password",
+            "AWS_SECRET_ACCESS_KEY": "kit-canary-aws-secret",
+            "NATS_CREDS": "/kit-canary/creds/executor.creds",
+            "KIT_CREDENTIALS_FILE": "/kit-canary/creds/executor.env"}  # fmt: skip
+# The QUOTASCHED_* variables an attempt may have: its own id and number, and its containment
+# marker (services/executors/contain.py); none is a credential.
+ATTEMPT_VARIABLES = ("QUOTASCHED_JOB_ID", "QUOTASCHED_ATTEMPT", "QUOTASCHED_ATTEMPT_TOKEN")
+
+
+async def a_jobs_environment_holds_no_credential(kit: Kit) -> None:
+    """Protocol (isolation): a job's environment is built, not inherited.  The executor holds
+    the scheduler's keys (its NATS user and password, AWS keys, a credentials file); a job
+    holding them could report another team's job FAILED or change the executor's consumer.
+
+    By hand: the executor runs with CANARIES in its environment.  `dump` (share a) writes its
+    environment and succeeds; its payload's Environment asks for KIT_ASKED.  The dump holds
+    QUOTASCHED_JOB_ID (its id) and QUOTASCHED_ATTEMPT ("1"), and KIT_ASKED as asked; no
+    other QUOTASCHED_* variable than ATTEMPT_VARIABLES, no AWS_* nor NATS_* variable, no name
+    holding CREDS or CREDENTIAL, and no canary's value under any name."""
+    dump = kit.stack.directory / f"{kit.prefix}-env.json"
+    asked = {"KIT_ASKED": "asked-by-the-payload"}
+    fields = kit.target.environment_job(kit.stack, short(), 1, dump, asked)
+    if fields is None:
+        pytest.skip(f"{kit.target.name}: it runs nothing whose environment it controls here "
+                    "(environment_job)")  # fmt: skip
+    await kit.setup([("a", 1, False)])
+    job_id = kit.job_id("dump")
+    kit.routes[job_id] = (QUEUE, kit.share("a"))
+    await kit.bus.publish({"kind": "SubmitServiceJob", "jobId": job_id, "jobName": "dump",
+                           "jobQueue": QUEUE, "quotaShareName": kit.share("a"), **fields})
+    [ended] = await kit.until_status(job_id, 1, *ENDED)
+    assert ended["status"] == "SUCCEEDED", f"dump ended {ended}"
+    env = json.loads(dump.read_text())
+    assert (env.get("QUOTASCHED_JOB_ID"), env.get("QUOTASCHED_ATTEMPT")) == (job_id, "1"), env
+    assert {name: env.get(name) for name in asked} == asked
+    leaked = sorted(name for name, value in env.items()
+                    if (name.startswith("QUOTASCHED_") and name not in ATTEMPT_VARIABLES)
+                    or name.upper().startswith(("AWS_", "NATS_"))
+                    or "CREDS" in name.upper() or "CREDENTIAL" in name.upper()
+                    or any(canary in value for canary in CANARIES.values()))  # fmt: skip
+    assert not leaked, f"the job's environment holds the executor's variables: {leaked}"
+
+
 SCENARIOS = [
     runs_and_reports_its_end,
     preemptor_starts_after_its_victims_stopped,
@@ -672,6 +797,8 @@ SCENARIOS = [
     a_failed_attempt_is_retried,
     a_killed_executor_ends_what_it_left_and_starts_nothing_twice,
     an_attempt_that_cannot_be_placed_is_reported_insufficient_capacity,
+    nothing_of_an_ended_attempt_survives,
+    a_jobs_environment_holds_no_credential,
 ]
 
 

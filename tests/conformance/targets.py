@@ -56,6 +56,31 @@ JOB_SCRIPT = textwrap.dedent("""
     sys.exit(code)
 """)
 
+# A job leaving a daemon: a `setsid` child writing its pid to the file named by argv[1] (in
+# this script's folder) and sleeping; then the kit's job script, with the remaining arguments.
+DAEMON_SCRIPT = textwrap.dedent("""
+    import os, subprocess, sys, time
+    here = os.path.dirname(os.path.abspath(sys.argv[0]))
+    pidfile = os.path.join(here, sys.argv[1])
+    daemon = 'echo $$ > "$1.tmp" && mv "$1.tmp" "$1" && exec sleep 300'
+    subprocess.Popen(["setsid", "sh", "-c", daemon, "sh", pidfile])
+    while not os.path.exists(pidfile):
+        time.sleep(0.02)
+    job = [os.path.join(here, "job.py"), os.path.join(here, "job-records.jsonl"), *sys.argv[2:]]
+    os.execv(sys.executable, [sys.executable, *job])
+""")
+
+# A job writing its environment (JSON) to the file named by argv[1] (in this script's folder),
+# then running the kit's job script with the remaining arguments.
+ENV_SCRIPT = textwrap.dedent("""
+    import json, os, sys
+    here = os.path.dirname(os.path.abspath(sys.argv[0]))
+    with open(os.path.join(here, sys.argv[1]), "w") as out:
+        json.dump(dict(os.environ), out)
+    job = [os.path.join(here, "job.py"), os.path.join(here, "job-records.jsonl"), *sys.argv[2:]]
+    os.execv(sys.executable, [sys.executable, *job])
+""")
+
 NO_CAPACITY = {"an_attempt_that_cannot_be_placed_is_reported_insufficient_capacity":
                "it runs whatever is dispatched to it: it has no capacity of its own to lack"}
 INSTANT_REASON = ("moto completes every training job at creation and answers StopTrainingJob "
@@ -109,6 +134,33 @@ class _JobScript:
         command = (f"{sys.executable} {script} {self._records_path(stack)} {spec.seconds} "
                    f"{spec.fail_attempts} {STOP_S}")  # fmt: skip
         return {"tags": {"command": command}, **usage(quantity)}
+
+    def daemon_job(self, stack: Stack, spec: JobSpec, quantity: int,
+                   pidfile: Path) -> dict[str, Any]:  # fmt: skip
+        """The job script, after DAEMON_SCRIPT started its setsid child (the command stays
+        short: a tag holds at most 256 characters)."""
+        fields = self.job(stack, spec, quantity)  # writes job.py
+        script = stack.directory / "daemon.py"
+        if not script.exists():
+            script.write_text(DAEMON_SCRIPT)
+        assert pidfile.parent == stack.directory
+        command = (f"{sys.executable} {script} {pidfile.name} {spec.seconds} "
+                   f"{spec.fail_attempts} {STOP_S}")  # fmt: skip
+        return {**fields, "tags": {"command": command}}
+
+    def environment_job(self, stack: Stack, spec: JobSpec, quantity: int, dump: Path,
+                        asked: dict[str, str]) -> dict[str, Any]:  # fmt: skip
+        """The job script, after ENV_SCRIPT wrote the environment; the need and the asked
+        variables in a CreateTrainingJob payload (ResourceConfig, Environment)."""
+        self.job(stack, spec, quantity)  # writes job.py
+        script = stack.directory / "env.py"
+        if not script.exists():
+            script.write_text(ENV_SCRIPT)
+        assert dump.parent == stack.directory
+        payload = {"ResourceConfig": {"InstanceType": UNIT, "InstanceCount": quantity,
+                                      "VolumeSizeInGB": 1}, "Environment": asked}  # fmt: skip
+        command = f"{sys.executable} {script} {dump.name} {spec.seconds} {spec.fail_attempts} {STOP_S}"
+        return {"tags": {"command": command}, "serviceRequestPayload": json.dumps(payload)}
 
     def records(self, stack: Stack) -> list[Record]:
         path = self._records_path(stack)
