@@ -310,12 +310,12 @@ async def serve(settings: Settings, *, port: int | None, executor: str, speed: f
                      projector_db=projector_db, executor_state_dir=settings.data_dir,
                      data_lock=data_lock, aws_port=aws_port, agent=agent,
                      web_port=web_port) as stack:  # fmt: skip
+        stop_on_signals(stack.stop)  # before the announcement: a SIGTERM after it stops cleanly
         announce(stack.url)
         if stack.endpoint is not None:
             announce(f"AWS_ENDPOINT_URL_BATCH={stack.endpoint.url}")
         if stack.web is not None:
             announce(f"WEB={stack.web.url}")
-        stop_on_signals(stack.stop)
         await stack.stop.wait()
     log.info("stopped")
     return 1 if stack.failed is not None else 0
