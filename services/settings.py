@@ -3,7 +3,8 @@
 Every JetStream option is explicit here rather than left to server defaults, because each one
 changes a guarantee: file storage and replicas decide what survives a crash or a node loss,
 the duplicate window decides how long a retried publish is recognised, and limits retention
-keeps the command log and the fact log (the record) forever unless an operator says otherwise.
+with DiscardNew keeps the command log and the fact log (the record) whole: a size cap refuses
+new messages, never evicts old ones.
 """
 
 from __future__ import annotations
@@ -21,9 +22,47 @@ class StreamOptions(BaseSettings):
     storage: Literal["file", "memory"] = "file"
     replicas: int = Field(1, ge=1, le=5)
     duplicate_window_s: float = Field(120.0, gt=0)
-    max_bytes: int = Field(-1, ge=-1)  # -1: unlimited; the fact log is the record
-    max_age_s: float = Field(0.0, ge=0)  # 0: keep forever
+    # -1: unlimited.  A cap never evicts: the streams discard *new* messages when full (the
+    # scheduler reports "disk full"), because the fact log is the record and its first facts
+    # are the configuration every later one needs (issue 29).  Compaction is done by the
+    # operator: snapshot, archive, purge (docs/operations.md#retention-and-compaction).
+    max_bytes: int = Field(-1, ge=-1)
+    max_age_s: float = Field(0.0, ge=0)  # only 0 (keep forever): an age limit always evicts
     max_msg_size: int = Field(1024 * 1024, ge=1024)
+
+    @field_validator("max_age_s")
+    @classmethod
+    def _no_eviction(cls, value: float) -> float:
+        if value != 0:
+            raise ValueError(
+                f"QUOTASCHED_STREAM_MAX_AGE_S={value:g} would evict the oldest facts and commands, "
+                "which the scheduler and the audit need; leave it 0 and compact instead "
+                "(docs/operations.md, Retention and compaction)")  # fmt: skip
+        return value
+
+
+class HttpOptions(BaseSettings):
+    """The limits of the AWS Batch endpoint and the web view, each server on its own
+    (`services/http_guard.py`; docs/service.md, "Limits of the HTTP ports")."""
+
+    model_config = SettingsConfigDict(env_prefix="QUOTASCHED_HTTP_", extra="ignore")
+
+    header_timeout_s: float = Field(10.0, gt=0)  # a new connection's request headers, complete
+    body_timeout_s: float = Field(30.0, gt=0)  # a request's body, once its headers are in
+    keepalive_timeout_s: float = Field(15.0, gt=0)  # idle after an answer, to the next headers
+    max_connections: int = Field(128, ge=1)  # open at once; then the longest idle is closed
+    # Host names (or name:port) the servers answer to besides the addresses they listen on
+    # (QUOTASCHED_HTTP_ALLOWED_HOSTS="batch.example.com,batch:8080")
+    allowed_hosts: Annotated[tuple[str, ...], NoDecode] = ()
+    error_log_interval_s: float = Field(60.0, gt=0)  # one line per kind of error and interval
+    search_timeout_s: float = Field(120.0, gt=0)  # the web view's job search, one at a time
+
+    @field_validator("allowed_hosts", mode="before")
+    @classmethod
+    def _hosts(cls, value):
+        if isinstance(value, str):
+            return tuple(name.lower() for name in re.split(r"[\s,]+", value) if name)
+        return value
 
 
 class Settings(BaseSettings):

@@ -14,13 +14,21 @@ file `quotasched auth generate` writes), a request must carry a valid signature 
 role (`roles`), so NATS's permissions decide what it may do: a refused subject is AWS's 403
 AccessDeniedException, naming what was refused.  A team's key describing another share's job
 is refused the same way (`roles.ResourceDenied`), as an IAM policy scoped to the team would.
+A signed request is performed once: its signature replayed within its 15 minutes is refused
+(`sigv4.Replays`).
+
+Browsers: a request must be `Content-Type: application/json` (as every AWS SDK sends it), which a
+page on another origin cannot send without a CORS preflight this server never grants; a
+foreign `Origin` or a `Host` the server does not listen on (DNS rebinding) is refused, 403
+AccessDeniedException.  Slow, idle and surplus connections are closed (`http_guard`).  Every bad
+body is a 400 ClientException, never a bare 500.
 """
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import json
-import socket
 import uuid
 
 from aiohttp import web
@@ -29,12 +37,15 @@ from quotasched.services import logs
 from quotasched.services.endpoint.model import conform, routes, validation_errors
 from quotasched.services.endpoint.operations import Refused, perform
 from quotasched.services.endpoint.roles import Denied, Key, RoleBuses
-from quotasched.services.endpoint.sigv4 import Unauthenticated, verify
+from quotasched.services.endpoint.sigv4 import Replays, Unauthenticated, signature_of, verify
+from quotasched.services.http_guard import BindError, ConnectionGuard, Throttle, bind
+from quotasched.services.settings import HttpOptions
 
 log = logs.get("quotasched.endpoint")
 
 HOST = "127.0.0.1"
 MAX_BODY = 1024 * 1024  # SubmitServiceJob's payload is at most 10 KiB; the rest is smaller
+JSON_TYPES = ("application/json", "application/x-amz-json-1.0", "application/x-amz-json-1.1")
 
 
 class EndpointError(RuntimeError):
@@ -45,6 +56,13 @@ def _error(kind: str, message: str, status: int) -> web.Response:
     return web.json_response({"__type": kind, "message": message}, status=status,
                              headers={"x-amzn-ErrorType": kind,
                                       "x-amzn-RequestId": str(uuid.uuid4())})  # fmt: skip
+
+
+def _reads_only(request: web.Request) -> bool:
+    """Describe*, List* and Get*: a replay of one changes nothing, and an honest client polling
+    twice within a second sends the very same signature."""
+    operation = routes().get((request.method, request.path.rstrip("/"))) or ""
+    return operation.startswith(("Describe", "List", "Get"))
 
 
 def is_loopback(host: str) -> bool:
@@ -65,7 +83,8 @@ class Endpoint:
     may `host` be other than loopback."""
 
     def __init__(self, bus=None, port: int = 0, *, host: str = HOST,
-                 keys: dict[str, Key] | None = None, nats_url: str | None = None):  # fmt: skip
+                 keys: dict[str, Key] | None = None, nats_url: str | None = None,
+                 http: HttpOptions | None = None):  # fmt: skip
         self.bus = bus
         self.port = port
         self.host = host
@@ -73,6 +92,10 @@ class Endpoint:
         self.roles = RoleBuses(nats_url) if keys is not None and nats_url else None
         self.url: str | None = None
         self._runner: web.AppRunner | None = None
+        self.http = http or HttpOptions()
+        self.guard = ConnectionGuard(self.http, self._refused_by_guard)
+        self.throttle = Throttle(self.http.error_log_interval_s)
+        self.replays = Replays()
 
     async def start(self) -> Endpoint:
         if self.keys is None and not is_loopback(self.host):
@@ -81,7 +104,7 @@ class Endpoint:
                                 "file `quotasched auth generate` writes")  # fmt: skip
         if (self.keys is None and self.bus is None) or (self.keys is not None and self.roles is None):
             raise EndpointError("the AWS Batch endpoint needs a bus, or keys and a NATS URL")
-        app = web.Application(client_max_size=MAX_BODY)
+        app = web.Application(client_max_size=MAX_BODY, middlewares=[self.guard.middleware])
         app.router.add_route("*", "/{tail:.*}", self._handle)
         self.port = await self._listen(app)
         shown = f"[{self.host}]" if ":" in self.host else self.host
@@ -89,21 +112,33 @@ class Endpoint:
         return self
 
     async def _listen(self, app: web.Application) -> int:
-        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            sock.bind((self.host, self.port))
-        except OSError as error:
-            sock.close()
+            sock = bind(self.host, self.port)
+        except BindError as error:
             raise EndpointError(f"the AWS Batch endpoint cannot listen on {self.host}:{self.port}: "
                                 f"{error.strerror or error}") from None  # fmt: skip
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False,
+                                     keepalive_timeout=self.http.keepalive_timeout_s)  # fmt: skip
         await self._runner.setup()
-        await web.SockSite(self._runner, sock).start()
+        await self.guard.serve(self._runner, sock, self.host)
         return sock.getsockname()[1]
 
+    def _log(self, level: str, event: str, kind: str = "", **fields) -> None:
+        """At most one line per event and kind per QUOTASCHED_HTTP_ERROR_LOG_INTERVAL_S, the
+        lines held back counted on the next (`held_back`)."""
+        held = self.throttle.admit((level, event, kind))
+        if held is not None:
+            getattr(log, level)(event, **fields, **({"held_back": held} if held else {}))
+
+    def _refused_by_guard(self, status: int, message: str) -> web.Response:
+        self._log("info", "refused a request from a browser or a foreign host", str(status),
+                  reason=message)  # fmt: skip
+        return _error("AccessDeniedException", message, 403)
+
     async def close(self) -> None:
+        await self.guard.close()
+        for (level, event, kind), held in self.throttle.held().items():
+            getattr(log, level)(event, kind=kind, held_back=held)  # what the interval held back
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -112,19 +147,50 @@ class Endpoint:
 
     async def _handle(self, request: web.Request) -> web.Response:
         try:
-            body = await request.read()
+            body = await self.guard.read_body(request)
         except web.HTTPException as error:
             return _error("ClientException", f"the request body cannot be read: {error}", 400)
+        except (asyncio.TimeoutError, TimeoutError):
+            refused = _error("RequestTimeoutException", f"the request body did not arrive within "
+                             f"{self.http.body_timeout_s:g} s", 408)  # fmt: skip
+            refused.force_close()
+            return refused
         key = None
+        claimed = None
         if self.keys is not None:
+            headers = list(request.headers.items())
             try:
                 key = self.keys[verify(request.method, f"{request.scheme}://{request.host}"
-                                       f"{request.raw_path}", list(request.headers.items()), body,
-                                       self._secret_of)]  # fmt: skip
+                                       f"{request.raw_path}", headers, body, self._secret_of)]  # fmt: skip
+                if not _reads_only(request):  # a repeated read changes nothing: allowed
+                    claimed = signature_of(headers)
+                    if claimed is not None:
+                        self.replays.claim(*claimed)
             except Unauthenticated as refused:
-                log.info("refused an unauthenticated request", reason=refused.kind,
-                         peer=request.remote)  # fmt: skip
+                self._log("info", "refused an unauthenticated request", refused.kind,
+                          reason=refused.kind, peer=request.remote)  # fmt: skip
                 return _error(refused.kind, refused.message, refused.status)
+        try:
+            answer = await self._answer(request, key, body)
+        except RecursionError:  # a body nested past what a decoder or validator follows
+            answer = _error("ClientException", "the request body is not valid JSON here: it "
+                                               "nests too deeply", 400)  # fmt: skip
+        except Exception as error:  # never aiohttp's bare 500 with a traceback
+            self._log("error", "the AWS Batch endpoint failed a request", type(error).__name__,
+                      error=repr(error))  # fmt: skip
+            answer = _error("ServerException", f"{type(error).__name__}: the endpoint could not "
+                                               "answer this request", 500)  # fmt: skip
+        if claimed is not None and answer.status >= 400:  # nothing done: it may come again
+            self.replays.release(claimed[0])
+        return answer
+
+    async def _answer(self, request: web.Request, key: Key | None, body: bytes) -> web.Response:
+        if request.content_type not in JSON_TYPES:
+            self._log("info", "refused a request that is not JSON", request.content_type,
+                      content_type=request.content_type, peer=request.remote)  # fmt: skip
+            return _error("ClientException", f"the request's Content-Type must be "
+                          f"application/json, as the AWS SDKs send it, not "
+                          f"{request.content_type!r}", 400)  # fmt: skip
         operation = routes().get((request.method, request.path.rstrip("/")))
         if operation is None:
             return _error("ClientException", f"no AWS Batch operation at {request.method} "
@@ -132,7 +198,10 @@ class Endpoint:
         try:
             params = json.loads(body) if body.strip() else {}
         except ValueError as error:
-            return _error("ClientException", f"the request body is not JSON: {error}", 400)
+            return _error("ClientException", f"the request body is not valid JSON: {error}", 400)
+        except RecursionError:
+            return _error("ClientException", "the request body is not valid JSON here: it nests "
+                                             "too deeply", 400)  # fmt: skip
         if not isinstance(params, dict):
             return _error("ClientException", "the request body must be a JSON object", 400)
         problems = validation_errors(operation, params)
@@ -143,12 +212,12 @@ class Endpoint:
         except Refused as refused:
             return _error(refused.kind, refused.message, refused.status)
         except Denied as denied:
-            log.warning("NATS refused a request of the AWS Batch endpoint", role=denied.role,
-                        operation=operation, refused=str(denied))  # fmt: skip
+            self._log("warning", "NATS refused a request of the AWS Batch endpoint", operation,
+                      role=denied.role, operation=operation, refused=str(denied))  # fmt: skip
             return _error("AccessDeniedException", denied.message(operation), 403)
         except Exception as error:  # never a hang or a bare 500: say what went wrong
-            log.error("the AWS Batch endpoint failed a request", operation=operation,
-                      error=repr(error), exc_info=error)  # fmt: skip
+            self._log("error", "the AWS Batch endpoint failed a request", type(error).__name__,
+                      operation=operation, error=repr(error), exc_info=error)  # fmt: skip
             return _error("ServerException", f"{type(error).__name__}: {error}", 500)
         return web.json_response(conform(operation, answer),
                                  headers={"x-amzn-RequestId": str(uuid.uuid4())})

@@ -179,3 +179,58 @@ def _check_scope(signed: Signed, amz_date: str) -> None:
         raise _invalid(f"Date in Credential scope does not match YYYYMMDD from ISO-8601 version "
                        f"of date from HTTP: '{signed.date}' != '{amz_date[:8]}', from "
                        f"'{amz_date}'.")  # fmt: skip
+
+
+def signature_of(headers: list[tuple[str, str]]) -> tuple[str, datetime] | None:
+    """(signature, signing time) of a request `verify` accepted, for `Replays`."""
+    found = {name.lower(): value for name, value in headers}
+    try:
+        signed = parse_authorization(found["authorization"])
+        at = datetime.strptime(found["x-amz-date"], AMZ_DATE).replace(tzinfo=UTC)
+    except (KeyError, ValueError, Unauthenticated):
+        return None
+    return signed.signature, at
+
+
+class Replays:
+    """The signatures of state-changing requests accepted while they are still fresh (signed
+    within MAX_SKEW of now): a second use of one is a replay, refused, so a captured request
+    cannot be performed twice (AWS leaves that to `clientToken`; here a replay is refused as
+    well).  Reads are not claimed: repeating one changes nothing, and a client polling twice
+    within a second sends the very same signature.  `claim` before
+    performing, `release` when the request failed (the client may retry it unchanged: botocore
+    re-signs a retry within the same second to the same signature).  Memory is bounded: at most
+    `capacity` signatures, each forgotten once it has expired; when full of fresh ones, a new
+    signature is refused until some expire."""
+
+    def __init__(self, capacity: int = 200_000):
+        self.capacity = capacity
+        self._expiry: dict[str, datetime] = {}  # in claim order; expiries nearly in order too
+
+    def claim(self, signature: str, signed_at: datetime, now: datetime | None = None) -> None:
+        now = now or datetime.now(UTC)
+        self._forget_expired(now)
+        if signature in self._expiry:
+            raise _invalid("This request was already received: a signed request is performed "
+                           "once (sign it again to repeat it).")  # fmt: skip
+        if len(self._expiry) >= self.capacity:
+            raise Unauthenticated("ThrottlingException", "Too many signed requests in the last "
+                                  "15 minutes; try again later.", 429)  # fmt: skip
+        self._expiry[signature] = signed_at + MAX_SKEW
+
+    def release(self, signature: str) -> None:
+        self._expiry.pop(signature, None)
+
+    def _forget_expired(self, now: datetime) -> None:
+        # the oldest claims first; stop at the first fresh one (a request signed up to 15
+        # minutes ahead may sit before older ones: it is forgotten a little late, never early)
+        expired = []
+        for signature, expiry in self._expiry.items():
+            if expiry > now or len(expired) >= 1000:
+                break
+            expired.append(signature)
+        for signature in expired:
+            del self._expiry[signature]
+
+    def __len__(self) -> int:
+        return len(self._expiry)

@@ -99,18 +99,18 @@ async def queue(bus, name: str) -> dict[str, Any]:
 
 async def job(bus, js, job_id: str) -> dict[str, Any]:
     """describe-service-job (its attempts) and the job's story, as `quotasched explain` tells
-    it: the log is read here, the folding runs in a thread (not on the scheduler's loop).  A
-    job name works like an id; a name several jobs share answers their ids (`matches`)."""
-    from quotasched.services.explain import ids_named, render, story_of
+    it: the log is streamed (`search`), the folding runs in a thread (not on the scheduler's
+    loop).  A job name works like an id; a name several jobs share answers their ids
+    (`matches`)."""
+    from quotasched.services.explain import render
     from quotasched.services.scheduler.api import PRIVATE
-    from quotasched.services.scheduler.log import read_log
+    from quotasched.services.web import search
 
-    texts = [data async for _, data, _ in read_log(js)]
     try:
         described = await bus.request("describe-service-job", jobId=job_id)
     except ClientError as error:
         described = {"error": str(error)}
-        named = ids_named(job_id, texts)  # not an id: a job name, as `explain` takes it
+        named = await search.job_ids_named(js, job_id)  # not an id: a job name, as `explain` takes it
         if len(named) > 1:
             text = (f"Job name {job_id} names {len(named)} jobs: {', '.join(named)}; search for "
                     "one of their ids.")  # fmt: skip
@@ -119,7 +119,7 @@ async def job(bus, js, job_id: str) -> dict[str, Any]:
         if named:
             job_id = named[0]
             described = await bus.request("describe-service-job", jobId=job_id)
-    entries = await asyncio.to_thread(story_of, job_id, texts)
+    entries = await search.story(js, job_id)
     # the page shows neither; served unauthenticated on loopback, they stay out (a payload's
     # Environment may hold a team's secrets: services/scheduler/api.py PRIVATE)
     described = {key: value for key, value in described.items() if key not in PRIVATE}

@@ -11,8 +11,11 @@
     GET /api/utilization?window=1h&per=share   the projector's utilization, or why none
     GET /api/events                      Server-Sent Events: one `fact` event per fact
 
-An error is `{"error": message}` with status 400 (a bad request, an unknown queue or job) or
-503 (the scheduler does not answer).
+An error is `{"error": message}` with status 400 (a bad request, an unknown queue or job),
+429 (a job search is already running: one at a time, `Retry-After` says when to ask again) or
+503 (the scheduler does not answer, or the search ran past QUOTASCHED_HTTP_SEARCH_TIMEOUT_S).
+A `Host` the view does not listen on (DNS rebinding) is refused 421, a foreign `Origin` 403;
+slow, idle and surplus connections are closed (`services/http_guard.py`).
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ from aiohttp import web
 from quotasched.services import logs
 from quotasched.services.client_commands import ClientError
 from quotasched.services.endpoint.server import is_loopback
+from quotasched.services.http_guard import BindError, ConnectionGuard, bind
+from quotasched.services.settings import HttpOptions
 from quotasched.services.web import answers
 from quotasched.services.web.follow import Follower
 
@@ -35,6 +40,7 @@ HOST = "127.0.0.1"
 STATIC = Path(__file__).parent / "static"
 HEARTBEAT_S = 15.0
 BATCH_S = 0.1  # at most ten writes a second per page, whatever the rate of facts
+SEARCH_RETRY_S = 2  # Retry-After of a search refused while another runs
 
 
 class WebError(RuntimeError):
@@ -50,7 +56,7 @@ class WebView:
     connected `services.client.Bus` (its connection also asks the projector and reads the log);
     port 0 takes a free one."""
 
-    def __init__(self, bus, port: int = 0, host: str = HOST):
+    def __init__(self, bus, port: int = 0, host: str = HOST, http: HttpOptions | None = None):
         self.bus = bus
         self.port = port
         self.host = host
@@ -58,28 +64,36 @@ class WebView:
         self.follower = Follower(bus.js)
         self._runner: web.AppRunner | None = None
         self._task: asyncio.Task | None = None
+        self.http = http or HttpOptions()
+        self.guard = ConnectionGuard(self.http, self._refused_by_guard)
+        # a search reads the whole log: one at a time, so a few pages cannot take the process
+        self._searching = asyncio.Lock()
+
+    @staticmethod
+    def _refused_by_guard(status: int, message: str) -> web.Response:
+        return web.Response(status=status, text=message + "\n")
 
     async def start(self) -> WebView:
         if not is_loopback(self.host):
             raise WebError(f"the web view serves loopback only, not {self.host}")
-        app = web.Application()
+        app = web.Application(middlewares=[self.guard.middleware])
         app.router.add_get("/", self._page)
         app.router.add_static("/static/", STATIC, follow_symlinks=False)
         for path, handler in (("queues", self._queues), ("queue", self._queue),
                               ("activity", self._activity), ("job", self._job),
                               ("utilization", self._utilization), ("events", self._events)):
             app.router.add_get(f"/api/{path}", handler)
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False,
-                                     shutdown_timeout=1.0)  # fmt: skip
-        await self._runner.setup()
         try:
-            await web.TCPSite(self._runner, self.host, self.port).start()
-        except OSError as error:
-            await self._runner.cleanup()
-            self._runner = None
+            sock = bind(self.host, self.port)
+        except BindError as error:
             raise WebError(f"the web view cannot listen on {self.host}:{self.port}: "
                            f"{error.strerror or error}") from None  # fmt: skip
-        self.port = self._runner.addresses[0][1]
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False,
+                                     shutdown_timeout=1.0,
+                                     keepalive_timeout=self.http.keepalive_timeout_s)  # fmt: skip
+        await self._runner.setup()
+        await self.guard.serve(self._runner, sock, self.host)
+        self.port = sock.getsockname()[1]
         self.url = f"http://{self.host}:{self.port}"
         self._task = asyncio.create_task(self._follow())
         return self
@@ -93,6 +107,7 @@ class WebView:
             log.error("the web view stopped following the fact log", error=repr(error))
 
     async def close(self) -> None:
+        await self.guard.close()
         self.follower.close()
         if self._task is not None:
             self._task.cancel()
@@ -130,7 +145,24 @@ class WebView:
         job_id = request.query.get("id", "").strip()
         if not job_id:
             return _json({"error": "give a job id: /api/job?id=JOB_ID"}, 400)
-        return await self._answer(answers.job(self.bus, self.bus.js, job_id))
+        if self._searching.locked():
+            return web.json_response({"error": "another job search is running; ask again in a "
+                                               "moment"}, status=429,
+                                     headers={"Retry-After": str(SEARCH_RETRY_S),
+                                              "Cache-Control": "no-store"})  # fmt: skip
+        async with self._searching:
+            return await self._answer(self._search(job_id))
+
+    async def _search(self, job_id: str) -> dict:
+        limit = asyncio.timeout(self.http.search_timeout_s)
+        try:
+            async with limit:
+                return await answers.job(self.bus, self.bus.js, job_id)
+        except TimeoutError:
+            if not limit.expired():  # the scheduler's own silence: _answer says so
+                raise
+            raise TimeoutError(f"the search ran past {self.http.search_timeout_s:g} s "
+                               "(QUOTASCHED_HTTP_SEARCH_TIMEOUT_S)") from None
 
     async def _utilization(self, request: web.Request) -> web.Response:
         per = request.query.get("per", "share")
