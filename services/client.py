@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import uuid
 from collections.abc import Mapping
 from typing import Any
 
@@ -198,6 +199,10 @@ class AsyncTrainingQueue:
             command["capacityUsage"] = [{"capacityUnit": instance_type, "quantity": instance_count}]
         else:
             raise ValueError("give instance_type, capacity_usage or service_request_payload")
+        if job_id is None and client_token is None:
+            # An id nobody can know before this call (issue 29): the scheduler's derived ids
+            # are only the fallback of a client that sends none.
+            job_id = str(uuid.uuid4())
         optional = {"schedulingPriority": priority, "preemptionConfiguration": preemption_config,
                     "retryStrategy": retry_config, "timeoutConfig": timeout, "tags": tags,
                     "jobId": job_id, "clientToken": client_token}  # fmt: skip
