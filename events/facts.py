@@ -54,9 +54,14 @@ class CommandRejected(Fact):
     job_id: str | None = None
     job_queue: str | None = None
     quota_share_name: str | None = None
-    raw: str | None = None  # the undecodable input, kept verbatim so nothing is lost
+    # An undecodable input: whole up to 256 bytes, else its first 256 bytes (for people) with
+    # its size and digest; the command stream keeps it whole, and the audit re-derives this.
+    raw: str | None = None
     raw_encoding: Literal["base64"] | None = None  # set when the input was not UTF-8
     raw_size: int | None = None  # set when `raw` was cut: the input's full size in bytes
+    # set when `raw` was cut: sha256 of the whole input (hex); left out of the JSON otherwise,
+    # so a refusal is encoded as it was before the field existed
+    raw_sha256: str | None = Field(None, exclude_if=lambda value: value is None)
 
 
 class ServiceEnvironmentCreated(Fact):
@@ -154,11 +159,15 @@ class JobSubmitted(Fact):
     client_token: str | None = None
     tags: dict[str, str] | None = None
     service_request_payload: dict[str, Any] | str | None = None
+    # The submission's size when it counts against its share's byte limit (core/limits.py:
+    # over 16 KiB); written only then, so other submissions' facts read as before.
+    command_bytes: int | None = Field(None, exclude_if=lambda value: value is None)
 
 
 def job_submitted(command: SubmitServiceJob, *, at: float, command_seq: int, job_id: str,
                   job_queue: str, quota_share_name: str,
-                  capacity_usage: list[CapacityUsage]) -> JobSubmitted:  # fmt: skip
+                  capacity_usage: list[CapacityUsage],
+                  command_bytes: int | None = None) -> JobSubmitted:  # fmt: skip
     """The JobSubmitted recording an accepted submission, assembled without validating again.
 
     Validating it costs ~3 us, most of what deciding a submission that only queues costs, and
@@ -177,11 +186,13 @@ def job_submitted(command: SubmitServiceJob, *, at: float, command_seq: int, job
         "retry_strategy": command.retry_strategy, "timeout_config": command.timeout_config,
         "client_token": command.client_token, "tags": command.tags,
         "service_request_payload": command.service_request_payload,
+        "command_bytes": command_bytes,
     }  # fmt: skip
     fact = object.__new__(JobSubmitted)
     # What pydantic's validation sets on a new model (pydantic 2.14's BaseModel layout).
     object.__setattr__(fact, "__dict__", fields)
-    object.__setattr__(fact, "__pydantic_fields_set__", set(_SUBMITTED_SET))
+    named = _SUBMITTED_SET if command_bytes is not None else _SUBMITTED_SET_SMALL
+    object.__setattr__(fact, "__pydantic_fields_set__", set(named))
     object.__setattr__(fact, "__pydantic_extra__", None)
     object.__setattr__(fact, "__pydantic_private__", None)
     return fact
@@ -189,6 +200,7 @@ def job_submitted(command: SubmitServiceJob, *, at: float, command_seq: int, job
 
 # The fields the core names when it builds a JobSubmitted (all but `kind`).
 _SUBMITTED_SET = frozenset(JobSubmitted.model_fields) - {"kind"}
+_SUBMITTED_SET_SMALL = _SUBMITTED_SET - {"command_bytes"}  # a submission whose bytes don't count
 
 
 class SubmissionDeduplicated(Fact):

@@ -268,6 +268,16 @@ LendingLimits = Annotated[
 """Per unit, the most of a share's idle quota others may borrow (0 to 1,000,000)."""
 
 
+def _unset(value: object) -> bool:
+    return value is None
+
+
+ADMISSION_DEFAULTS = {"max_queued_jobs": 100_000, "max_submissions_per_second": 10_000,
+                      "max_submission_bytes_per_window": 64 * 1024 * 1024,
+                      "submission_bytes_window_seconds": 60}  # fmt: skip
+"""The admission limits of a share that sets none (docs/options.md, "Admission limits")."""
+
+
 class QuotaShareOptions(Wire):
     """A share's options beyond AWS Batch quota management, each off when absent (version 1).
 
@@ -283,6 +293,13 @@ class QuotaShareOptions(Wire):
     min_runtime_before_preemption_seconds: Annotated[int, Field(ge=1, le=MAX_OPTION_SECONDS)] | None = None
     preemption_budget: PreemptionBudget | None = None
     lending_limits: LendingLimits | None = None
+    # Admission limits (issue 29): unlike the options above, a limit left out is not off but
+    # its default (ADMISSION_DEFAULTS), so one team cannot flood the service.  Written only
+    # when set, so the facts of shares that set none read as before.
+    max_queued_jobs: Annotated[int, Field(ge=1, le=1_000_000)] | None = Field(default=None, exclude_if=_unset)
+    max_submissions_per_second: Annotated[int, Field(ge=1, le=100_000)] | None = Field(default=None, exclude_if=_unset)
+    max_submission_bytes_per_window: Annotated[int, Field(ge=1, le=1024**3)] | None = Field(default=None, exclude_if=_unset)
+    submission_bytes_window_seconds: Annotated[int, Field(ge=1, le=86_400)] | None = Field(default=None, exclude_if=_unset)
 
     def summary(self) -> str:
         """The options in a few words ("all off" when none is set)."""
@@ -294,7 +311,19 @@ class QuotaShareOptions(Wire):
             said.append(f"at most {budget.max_preemptions} preemptions in any {budget.window_seconds} s")
         for limit in self.lending_limits or ():
             said.append(f"lends at most {limit.max_capacity} {limit.capacity_unit}")
+        if self.max_queued_jobs is not None:
+            said.append(f"at most {self.max_queued_jobs} queued jobs")
+        if self.max_submissions_per_second is not None:
+            said.append(f"at most {self.max_submissions_per_second} submissions per second")
+        if self.max_submission_bytes_per_window is not None or self.submission_bytes_window_seconds is not None:
+            said.append(f"at most {self.admission('max_submission_bytes_per_window')} submission bytes "
+                        f"per {self.admission('submission_bytes_window_seconds')} s")
         return ", ".join(said) or "all off"
+
+    def admission(self, name: str) -> int:
+        """An admission limit as it applies: its value, or its default when not set."""
+        value = getattr(self, name)
+        return ADMISSION_DEFAULTS[name] if value is None else value
 
 
 # -- quotasched's queue options beyond AWS (the SetJobQueueOptions extension) ----------------

@@ -98,7 +98,9 @@ def _stream_config(name: str, subjects: list[str], options: StreamOptions,
         max_msg_size=options.max_msg_size,
         max_msgs=-1,
         max_msgs_per_subject=-1,
-        discard=DiscardPolicy.OLD,
+        # never OLD: evicting the first facts loses the configuration every later fact
+        # needs; a full stream refuses new messages, which the writer reports as disk full
+        discard=DiscardPolicy.NEW,
         allow_direct=True,
         allow_atomic=atomic or None,  # the fact log: partitions per job queue append batches
     )

@@ -27,6 +27,7 @@ from quotasched.events.subjects import ANY, api_subject
 from quotasched.services.auth import TEAM_QUEUE_ENV, TEAM_SHARE_ENV
 
 RESPONDER_WAIT_S = 8.0  # a lease TTL (6 s) and then some: how long a read waits for a leader
+PAGE_MAX = 1000  # the most jobs one list-service-jobs answer holds (AWS's maxResults bound)
 HANDOVER_WAIT_S = 2.5  # a partition handed over is taken within a quarter TTL and a recovery
 
 
@@ -36,6 +37,9 @@ async def ask(bus: Any, queue: str, verb: str, params: dict, timeout: float,
     partition handed over to another process), asked again for up to RESPONDER_WAIT_S,
     or HANDOVER_WAIT_S for one queue of a fan-out (`missing_ok`: a queue that no
     scheduler serves has nothing to say, and gives None)."""
+    wanted = params.get("maxResults")
+    if verb == "list-service-jobs" and isinstance(wanted, int) and wanted > PAGE_MAX:
+        return await _pages(bus, queue, verb, params, timeout, missing_ok, wanted)
     loop = asyncio.get_running_loop()
     wait = HANDOVER_WAIT_S if missing_ok else RESPONDER_WAIT_S
     deadline = loop.time() + min(timeout, wait)
@@ -50,6 +54,24 @@ async def ask(bus: Any, queue: str, verb: str, params: dict, timeout: float,
                     return None
                 raise
             await asyncio.sleep(0.2)
+
+
+async def _pages(bus: Any, queue: str, verb: str, params: dict, timeout: float,
+                 missing_ok: bool, wanted: int) -> dict[str, Any] | None:  # fmt: skip
+    """More jobs than one answer may hold (`maxResults` over PAGE_MAX, as callers from
+    before the scheduler paged ask): its pages, followed by `nextToken`, as one answer."""
+    jobs: list = []
+    token = params.get("nextToken")
+    while True:
+        page = {**params, "maxResults": min(PAGE_MAX, wanted - len(jobs)), "nextToken": token}
+        answer = await ask(bus, queue, verb, {k: v for k, v in page.items() if v is not None},
+                           timeout, missing_ok)  # fmt: skip
+        if answer is None or "error" in answer or "redirect" in answer:
+            return answer
+        jobs.extend(answer.get("jobSummaryList", []))
+        token = answer.get("nextToken")
+        if token is None or len(jobs) >= wanted:
+            return {**answer, "jobSummaryList": jobs}
 
 
 def subject_of(bus: Any, queue: str, verb: str) -> str:

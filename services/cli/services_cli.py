@@ -65,9 +65,17 @@ def pass_env_names(verb: str, given: Optional[list[str]]) -> tuple[str, ...]:
 
 
 def _settings(nats_url: Optional[str], **values) -> "Settings":
+    """The settings, or one line per refused value and exit status 2 (not a traceback)."""
+    from pydantic import ValidationError
+
     from quotasched.services.settings import Settings
 
-    return Settings(nats_url=nats_url, **{k: v for k, v in values.items() if v is not None})
+    try:
+        return Settings(nats_url=nats_url, **{k: v for k, v in values.items() if v is not None})
+    except ValidationError as error:
+        for problem in error.errors():
+            typer.echo(f"quotasched: {problem['msg'].removeprefix('Value error, ')}", err=True)
+        raise typer.Exit(2) from None
 
 
 RunAs = Annotated[Optional[str], typer.Option(
@@ -311,9 +319,10 @@ def scheduler(
     try:
         asyncio.run(run())
     except Exception as error:
+        from quotasched.services.scheduler.log import LogIncomplete
         from quotasched.services.scheduler.mode import ModeConflict
 
-        if not isinstance(error, ModeConflict):
+        if not isinstance(error, (ModeConflict, LogIncomplete)):
             raise
         typer.echo(f"quotasched scheduler: {error}", err=True)
         raise typer.Exit(2) from None

@@ -242,21 +242,36 @@ async def describe_service_job(bus, p: dict) -> dict:
 
 
 async def list_service_jobs(bus, p: dict) -> dict:
-    """One job queue's jobs, or (no `jobQueue`) every queue's, newest first as AWS lists them."""
-    start = _offset(p["nextToken"]) if p.get("nextToken") else 0
-    wanted = start + (p.get("maxResults") or 100) + 1
+    """One job queue's jobs, or (no `jobQueue`) every queue's, newest first as AWS lists them.
+
+    `maxResults` is AWS's 1-1000 (a ClientException otherwise, as the scheduler's own refusal
+    would be: the bus client would split a larger one into pages).  One queue: the
+    scheduler's pages and `nextToken`.  Every queue: each queue's pages followed until the
+    merged page is known, and an offset as `nextToken`."""
+    limit = 100 if p.get("maxResults") is None else p["maxResults"]
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
+        raise Refused(f"maxResults must be an integer from 1 to 1000, not {limit!r}")
     if p.get("jobQueue"):
-        queues = [p["jobQueue"]]
-    else:
-        queues = [queue["jobQueueName"]
-                  for queue in (await _ask(bus, "describe-job-queues"))["jobQueues"]]  # fmt: skip
+        return await _ask(bus, "list-service-jobs", jobQueue=p["jobQueue"],
+                          jobStatus=p.get("jobStatus"), filters=p.get("filters"),
+                          maxResults=limit, nextToken=p.get("nextToken"))
+    start = _offset(p["nextToken"]) if p.get("nextToken") else 0
+    wanted = start + limit + 1
+    queues = [queue["jobQueueName"]
+              for queue in (await _ask(bus, "describe-job-queues"))["jobQueues"]]  # fmt: skip
     jobs = []
     for queue in queues:
-        answer = await _ask(bus, "list-service-jobs", jobQueue=queue, jobStatus=p.get("jobStatus"),
-                            filters=p.get("filters"), maxResults=wanted)  # fmt: skip
-        jobs.extend(answer["jobSummaryList"])
-    if len(queues) > 1:
-        jobs.sort(key=lambda job: job["createdAt"], reverse=True)  # stable: ties keep queue order
+        token, found = None, []
+        while len(found) < wanted:
+            answer = await _ask(bus, "list-service-jobs", jobQueue=queue,
+                                jobStatus=p.get("jobStatus"), filters=p.get("filters"),
+                                maxResults=min(1000, wanted - len(found)), nextToken=token)
+            found.extend(answer["jobSummaryList"])
+            token = answer.get("nextToken")
+            if token is None:
+                break
+        jobs.extend(found)
+    jobs.sort(key=lambda job: job["createdAt"], reverse=True)  # stable: ties keep queue order
     return _page(jobs, p, "jobSummaryList")
 
 

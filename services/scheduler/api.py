@@ -7,7 +7,10 @@ AWS returns them; ARNs use region `local` and account `000000000000`.
 
 from __future__ import annotations
 
+import base64
+import json
 import re
+from collections.abc import Iterator
 from typing import Any
 
 from quotasched.events.subjects import ANY, API_PREFIX
@@ -15,6 +18,7 @@ from quotasched.events.values import JobQueueOptions
 from quotasched.services.scheduler.core.entities import Job
 from quotasched.services.scheduler.core.state import State
 from quotasched.services.scheduler.partition import Partition
+from quotasched.services.scheduler.reads import ReadIndex, select
 
 ARN = "arn:aws:batch:local:000000000000"
 
@@ -140,43 +144,167 @@ def job_status_asked(request: dict) -> str:
     return status
 
 
-def list_service_jobs(state: State, request: dict) -> dict[str, Any]:
+# ListServiceJobs' bounds.  AWS: maxResults 1-1000, default 100.  AWS's model bounds neither
+# the filters nor their values, so these are quotasched's (a value is at most a job name, 128).
+MAX_RESULTS = 1000
+DEFAULT_RESULTS = 100
+MAX_FILTERS = 5
+MAX_FILTER_VALUES = 100
+MAX_FILTER_VALUE_CHARS = 128
+MAX_ANSWER_BYTES = 1024 * 1024  # the server's default max_payload; the service passes its own
+ANSWER_RESERVE_BYTES = 4096  # kept free in a page for the envelope (nextToken, scoping)
+FILTER_NAMES = ("QUOTA_SHARE_NAME", "JOB_NAME", "BEFORE_CREATED_AT", "AFTER_CREATED_AT")
+
+
+def list_service_jobs(state: State, request: dict, reads: ReadIndex | None = None,
+                      max_bytes: int = MAX_ANSWER_BYTES,
+                      defer: bool = False) -> dict[str, Any]:  # fmt: skip
     """Newest first.  `jobStatus` defaults to RUNNING; a JOB_NAME filter ignores the status,
-    a QUOTA_SHARE_NAME filter combines with it (spec 4.2)."""
+    a QUOTA_SHARE_NAME filter combines with it (spec 4.2).
+
+    Paged: at most `maxResults` jobs and `max_bytes` of encoded answer, and a `nextToken`
+    when there may be more.  The jobs come from `reads` (an index kept by the service;
+    built here when not given), so a request costs its page plus at most `SCAN_BUDGET`
+    jobs examined; a page may thus be short and still carry a `nextToken`.  `defer`: the
+    summaries are left to encode (`{"jobSummaryList": JobPage}`, see `JobPage`)."""
     queue = _name(request.get("jobQueue"))
     if queue not in state.queues:
         raise ApiError(f"Job queue {queue} does not exist")
     status = job_status_asked(request)
-    filters = {item["name"]: item.get("values", []) for item in request.get("filters") or []}
-    unknown = set(filters) - {"QUOTA_SHARE_NAME", "JOB_NAME", "BEFORE_CREATED_AT", "AFTER_CREATED_AT"}
-    if "SHARE_IDENTIFIER" in unknown:
-        raise ApiError("SHARE_IDENTIFIER filters fair-share queues; use QUOTA_SHARE_NAME")
-    if unknown:
-        raise ApiError(f"Unknown filter {sorted(unknown)[0]}; expected QUOTA_SHARE_NAME, "
-                       "JOB_NAME, BEFORE_CREATED_AT or AFTER_CREATED_AT")  # fmt: skip
+    limit = _max_results(request.get("maxResults"))
+    filters = _filters(request.get("filters"))
     before = _created_bound(filters.get("BEFORE_CREATED_AT"))
     after = _created_bound(filters.get("AFTER_CREATED_AT"))
     share_names = set(filters.get("QUOTA_SHARE_NAME", []))
     name_patterns = filters.get("JOB_NAME", [])
-    use_status = not name_patterns
-    limit = int(request.get("maxResults") or 100)
-    jobs = []
-    for job in reversed(list(state.jobs.values())):
-        if job.queue != queue:
-            continue
-        if use_status and status != "ALL" and job.status.value != status:
-            continue
+    use_status = not name_patterns and status != "ALL"
+    cursor = _cursor(request.get("nextToken"))
+    if reads is None or reads.state is not state:
+        reads = ReadIndex(state)
+    reads.catch_up()
+
+    # AWS's JOB_NAME rule: case-insensitive, exact, or a prefix before a trailing `*`;
+    # every value at once (a set and a tuple of prefixes: C-speed per job)
+    lowered = [pattern.lower() for pattern in name_patterns]
+    exact_names = {pattern for pattern in lowered if not pattern.endswith("*")}
+    name_prefixes = tuple(pattern[:-1] for pattern in lowered if pattern.endswith("*"))
+
+    def keep(job: Job) -> bool:
+        if use_status and job.status.value != status:
+            return False
         if share_names and job.share not in share_names:
-            continue
-        if name_patterns and not any(_name_matches(job.job_name, p) for p in name_patterns):
-            continue
+            return False
+        if name_patterns:
+            name = job.job_name.lower()
+            if name not in exact_names and not name.startswith(name_prefixes):
+                return False
         created = _ms(job.created_at)
-        if (before is not None and created >= before) or (after is not None and created <= after):
-            continue
-        jobs.append(_job_summary(job))
-        if len(jobs) >= limit:
-            break
-    return {"jobSummaryList": jobs}
+        return not ((before is not None and created >= before)
+                    or (after is not None and created <= after))  # fmt: skip
+
+    walk = reads.candidates(queue, share_names, name_patterns, status if use_status else "ALL",
+                            cursor)  # fmt: skip
+    if walk is None:  # an indexed lookup would cost more than the scan
+        walk = reads.scan(queue, cursor)
+    found, next_seq = select(walk, keep, limit)
+    page = JobPage(found, next_seq, max_bytes)
+    if defer:
+        return {"jobSummaryList": page}
+    for _ in page.steps():
+        pass
+    return page.document()
+
+
+class JobPage:
+    """A page of ListServiceJobs: its jobs' summaries, encoded a chunk at a time (`steps`, so
+    that the service can let the decisions run between chunks), cut where the answer would
+    outgrow `max_bytes`; then the answer as a document or as the bytes to send."""
+
+    CHUNK = 20  # summaries encoded between two steps: about 0.3 ms
+
+    def __init__(self, jobs: list[Job], next_seq: int | None, max_bytes: int) -> None:
+        self.jobs = jobs
+        self.next_seq = next_seq
+        self.max_bytes = max_bytes
+        self.room = max_bytes - ANSWER_RESERVE_BYTES
+        self.summaries: list[dict[str, Any]] = []
+        self.encoded: list[str] = []
+
+    def steps(self) -> Iterator[None]:
+        for index, job in enumerate(self.jobs):
+            if index and index % self.CHUNK == 0:
+                yield
+            summary = _job_summary(job)
+            text = json.dumps(summary)
+            self.room -= len(text.encode()) + 2
+            if self.room < 0:
+                if not self.summaries:
+                    raise ApiError(f"Job {job.job_id}'s summary alone exceeds the answer limit "
+                                   f"of {self.max_bytes} bytes")  # fmt: skip
+                self.next_seq = job.seq + 1  # this job first on the next page
+                return
+            self.summaries.append(summary)
+            self.encoded.append(text)
+
+    def document(self) -> dict[str, Any]:
+        answer: dict[str, Any] = {"jobSummaryList": self.summaries}
+        if self.next_seq is not None:
+            answer["nextToken"] = _token(self.next_seq)
+        return answer
+
+    def encode(self) -> bytes:
+        """`json.dumps(self.document())`, without encoding the summaries again."""
+        tail = "" if self.next_seq is None else f', "nextToken": "{_token(self.next_seq)}"'
+        return f'{{"jobSummaryList": [{", ".join(self.encoded)}]{tail}}}'.encode()
+
+
+def _max_results(value: Any) -> int:
+    if value is None:
+        return DEFAULT_RESULTS
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_RESULTS:
+        raise ApiError(f"maxResults must be an integer from 1 to {MAX_RESULTS}, not {value!r}")
+    return value
+
+
+def _filters(given: Any) -> dict[str, list[str]]:
+    """The request's filters by name, refused when unknown or over the bounds."""
+    given = given or []
+    if not isinstance(given, list) or len(given) > MAX_FILTERS:
+        raise ApiError(f"filters must be a list of at most {MAX_FILTERS} filters")
+    filters: dict[str, list[str]] = {}
+    for item in given:
+        name = item.get("name") if isinstance(item, dict) else None
+        if name == "SHARE_IDENTIFIER":
+            raise ApiError("SHARE_IDENTIFIER filters fair-share queues; use QUOTA_SHARE_NAME")
+        if name not in FILTER_NAMES:
+            raise ApiError(f"Unknown filter {name}; expected QUOTA_SHARE_NAME, "
+                           "JOB_NAME, BEFORE_CREATED_AT or AFTER_CREATED_AT")  # fmt: skip
+        values = item.get("values") or []
+        if not isinstance(values, list) or len(values) > MAX_FILTER_VALUES:
+            raise ApiError(f"filter {name} takes at most {MAX_FILTER_VALUES} values")
+        for value in values:
+            if not isinstance(value, str) or len(value) > MAX_FILTER_VALUE_CHARS:
+                raise ApiError(f"filter {name}'s values are strings of at most "
+                               f"{MAX_FILTER_VALUE_CHARS} characters")  # fmt: skip
+        filters[name] = values
+    return filters
+
+
+def _token(before_seq: int) -> str:
+    return base64.urlsafe_b64encode(json.dumps({"before": before_seq}).encode()).decode()
+
+
+def _cursor(token: Any) -> int | None:
+    """The acceptance seq a `nextToken` continues below (None: from the newest)."""
+    if token is None or token == "":
+        return None
+    try:
+        before = json.loads(base64.urlsafe_b64decode(str(token)))["before"]
+        if isinstance(before, int) and not isinstance(before, bool):
+            return before
+    except (ValueError, KeyError, TypeError):
+        pass
+    raise ApiError("nextToken is not one this API gave")
 
 
 def _created_bound(values: list | None) -> int | None:
@@ -187,11 +315,6 @@ def _created_bound(values: list | None) -> int | None:
         return int(values[0])
     except (TypeError, ValueError):
         raise ApiError(f"created-at filters take epoch milliseconds, not {values[0]!r}") from None
-
-
-def _name_matches(name: str, pattern: str) -> bool:
-    name, pattern = name.lower(), pattern.lower()
-    return name.startswith(pattern[:-1]) if pattern.endswith("*") else name == pattern
 
 
 def get_job_queue_snapshot(state: State, request: dict) -> dict[str, Any]:
@@ -327,11 +450,17 @@ VERBS = {
 }
 
 
-def answer(state: State, verb: str, request: dict) -> dict[str, Any]:
+def answer(state: State, verb: str, request: dict, reads: ReadIndex | None = None,
+           max_bytes: int = MAX_ANSWER_BYTES, defer: bool = False) -> dict[str, Any]:  # fmt: skip
+    """`reads`: the service's index of `state`'s jobs (list-service-jobs builds one when not
+    given); `max_bytes`: the most a list's encoded answer may take (the bus's max_payload);
+    `defer`: a list's page is left to encode (see `JobPage`)."""
     handler = VERBS.get(verb)
     if handler is None:
         raise ApiError(f"Unknown operation {verb}; expected one of {', '.join(VERBS)}")
     try:
+        if handler is list_service_jobs:
+            return list_service_jobs(state, request, reads, max_bytes, defer)
         return handler(state, request)
     except ApiError as error:
         return {"error": {"type": "ClientException", "message": str(error)}}
@@ -360,8 +489,9 @@ def scoped(answer: Any, queue: str | None, share: str) -> Any:
 
 
 def answer_in(scope: Partition, state: State, verb: str, request: dict,
-              subject_queue: str | None = None,
-              subject_share: str | None = None) -> dict[str, Any]:  # fmt: skip
+              subject_queue: str | None = None, subject_share: str | None = None,
+              reads: ReadIndex | None = None, max_bytes: int = MAX_ANSWER_BYTES,
+              defer: bool = False) -> dict[str, Any]:  # fmt: skip
     """`answer` as one scheduling partition gives it (see `partition.py`), to a request that
     arrived on `qm.api.<subject_queue>.<verb>` (None: `qm.api.~.<verb>` or `qm.api.<verb>`),
     or on a team's `qm.api.<subject_queue>.<subject_share>.<verb>`: then answered about that
@@ -375,15 +505,16 @@ def answer_in(scope: Partition, state: State, verb: str, request: dict,
     its own queue, whose state (and configuration updates) only it holds.
     """
     if subject_share is not None:  # `~` for a missing queue: about no queue, so nothing
-        answered = answer_in(scope, state, verb, request, subject_queue or ANY)
+        answered = answer_in(scope, state, verb, request, subject_queue or ANY, None, reads,
+                             max_bytes, defer)  # fmt: skip
         return scoped(answered, subject_queue, subject_share)
     if verb in FLEET_VERBS or verb not in VERBS:
-        return answer(state, verb, request)
+        return answer(state, verb, request, reads, max_bytes, defer)
     if subject_queue is None and scope.token is not None and not scope.is_queue:
         return {"redirect": sorted(state.queues)}
     queue = subject_queue or (scope.token if scope.is_queue else None)
     if queue is None:
-        return answer(state, verb, request)
+        return answer(state, verb, request, reads, max_bytes, defer)
     named = _name(request.get("jobQueue"))
     arn = request.get("quotaShareArn")
     if arn and "job-queue/" in arn:
@@ -394,7 +525,7 @@ def answer_in(scope: Partition, state: State, verb: str, request: dict,
     if verb in ("list-service-jobs", "get-job-queue-snapshot", "list-quota-shares") or (
             verb == "describe-quota-share" and not arn):  # fmt: skip
         request = {**request, "jobQueue": queue}
-    described = answer(state, verb, request)
+    described = answer(state, verb, request, reads, max_bytes, defer)
     if verb == "describe-service-job" and described.get("jobQueue") not in (None, queue):
         return {"error": {"type": "ClientException",
                           "message": f"Job {_name(request.get('jobId'))} does not exist"}}

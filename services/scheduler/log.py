@@ -27,10 +27,10 @@ from quotasched.services.scheduler.core import State, evolve
 from quotasched.services.scheduler.partition import Partition
 from quotasched.services.scheduler.routing import decide_message, fact_subject_of
 
-# 9: shares keep their options beyond AWS, the state its wake-ups; 8: jobs keep their tags, payload and recent attempts (DescribeServiceJob); 7: whether the last decided command was refused; 6: every state object pickled as a tuple, the same from the interpreted and the compiled
+# 11: shares count their live jobs and submission windows (admission limits); 9: shares keep their options beyond AWS, the state its wake-ups; 8: jobs keep their tags, payload and recent attempts (DescribeServiceJob); 7: whether the last decided command was refused; 6: every state object pickled as a tuple, the same from the interpreted and the compiled
 # core; 5: blocked_due in the state; 4: the last command in the state; 3: jobs pickled as
 # slot tuples; 2: zlib; 1: pickle
-SNAPSHOT_VERSION = 10
+SNAPSHOT_VERSION = 11
 CHUNK_BYTES = 512 * 1024  # object-store chunks: fewer round trips than nats-py's 128 KiB
 ALL_FACTS = "qm.fact.>"
 
@@ -188,6 +188,7 @@ async def recover(js: JetStreamContext, scope: Partition, warm: Recovered | None
     `FleetCommands`).
     """
     recovered = warm or await load_snapshot(js, scope.name) or Recovered(State(), 0, 0)
+    await check_log_complete(js, scope, recovered.fact_seq)
     recovered.log_end, recovered.partial = recovered.fact_seq, None
     fleet = await FleetCommands.read(js, scope, recovered.commands_through) if scope.is_queue else None
     group: list = []
@@ -223,6 +224,28 @@ async def recover(js: JetStreamContext, scope: Partition, warm: Recovered | None
     if group:
         recovered.partial = (decode_fact(group[0][1]).command_seq, [data for _, data in group])
     return recovered
+
+
+class LogIncomplete(RuntimeError):
+    """The fact log lost facts the state needs: the scheduler must not start on it."""
+
+
+async def check_log_complete(js: JetStreamContext, scope: Partition, folded_through: int) -> None:
+    """Refuse a fact log whose first messages are gone (evicted by a limit, or purged) where
+    the state folded so far (a snapshot, or nothing) does not reach them.  Folding on from
+    the first message left would apply facts about jobs and shares whose creation is gone,
+    and fail on every try.  A partition cannot tell whether the missing messages were its
+    own, so any gap it has not folded past is refused."""
+    state = (await js.stream_info(FACTS_STREAM)).state
+    if state.last_seq and state.first_seq > folded_through + 1:
+        covered = (f"the snapshot of partition {scope.name} ends at {folded_through}"
+                   if folded_through else f"partition {scope.name} has no snapshot")  # fmt: skip
+        raise LogIncomplete(
+            f"the fact log {FACTS_STREAM} begins at sequence {state.first_seq}: facts "
+            f"{folded_through + 1} to {state.first_seq - 1} are gone (evicted or purged) and "
+            f"{covered}, so the state cannot be rebuilt; restore {FACTS_STREAM} from a backup "
+            "(nats stream restore; docs/operations.md, Retention and compaction)"
+        )
 
 
 class FleetCommands:

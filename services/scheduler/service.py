@@ -27,13 +27,14 @@ from quotasched.services import logs
 from quotasched.services.bus import DISK_FULL, FactAppender, ensure_streams, refusal_cause
 from quotasched.services.metrics import WriterStats
 from quotasched.services.scheduler import core
-from quotasched.services.scheduler.api import answer_in
+from quotasched.services.scheduler.api import JobPage, answer_in
 from quotasched.services.scheduler.core.timers import earliest_due
 from quotasched.services.scheduler.lease import Lease
-from quotasched.services.scheduler.log import Recovered, recover
+from quotasched.services.scheduler.log import LogIncomplete, Recovered, recover
 from quotasched.services.scheduler.members import Members
 from quotasched.services.scheduler.mode import claim_mode
 from quotasched.services.scheduler.partition import Partition
+from quotasched.services.scheduler.reads import INDEX_CHUNK, ReadIndex
 from quotasched.services.scheduler.waits import sleep_or
 from quotasched.services.scheduler.writer import SteppedDown, Writer, WriterHealth
 from quotasched.services.settings import Settings
@@ -41,6 +42,8 @@ from quotasched.services.settings import Settings
 log = logs.get("quotasched.scheduler")
 
 TICK = b'{"kind":"Tick"}'
+READ_LIGHT_S = 0.002  # a read that took longer is heavy: the next waits (see `_on_request`)
+READ_REST_MAX_S = 0.1  # the longest rest after a heavy read
 CONSUMER_CHECK_S = 3.0  # how often a term asks whether its command consumer still exists
 
 
@@ -67,6 +70,8 @@ class Scheduler(Writer):
         self._since_snapshot = 0
         self._durable_through = 0  # decided_through of the last batch whose facts all landed
         self._term_ended = 0.0  # when this instance's last term ended (monotonic)
+        self._reads: ReadIndex | None = None  # the read side's index of the term's jobs
+        self._reads_lock = asyncio.Lock()  # one catch-up of it at a time
 
     # -- terms of office ---------------------------------------------------------------------
 
@@ -84,6 +89,8 @@ class Scheduler(Writer):
                     log.info("state rebuilt", partition=self.partition, snapshot_seq=warm.snapshot_seq,
                              facts_folded=warm.folded,
                              seconds=round(time.perf_counter() - started, 3))  # fmt: skip
+            except LogIncomplete:  # facts are gone for good: retrying cannot help
+                raise
             except Exception as error:  # the log unreadable for now: start over, later
                 log.error("could not follow the log", partition=self.partition,
                           error=repr(error), exc_info=True)  # fmt: skip
@@ -312,18 +319,62 @@ class Scheduler(Writer):
                               headers={"Nats-Msg-Id": f"{msg_id}:{secrets.token_hex(8)}"})
 
     async def _on_request(self, msg) -> None:
-        """Read answers from the decided state (it may be one batch ahead of the log)."""
+        """Read answers from the decided state (it may be one batch ahead of the log).
+
+        A request's work is bounded (see reads.py), and the jobs its index has not seen yet
+        are indexed in chunks between which the decisions run, so no read holds the loop for
+        long; an answer never exceeds the server's max_payload (lists are paged to fit it)."""
         queue, share, verb = parse_api_subject(msg.subject)  # a team's: with its share
+        max_bytes = self.nc.max_payload
+        started = time.perf_counter()
         try:
             request = json.loads(msg.data or b"{}")
             if self.recovered is None:
                 raise RuntimeError("the scheduler is still recovering; try again")
-            response = answer_in(self.scope, self.recovered.state, verb, request, queue, share)
+            reads = await self._read_index() if verb == "list-service-jobs" else None
+            response = answer_in(self.scope, self.recovered.state, verb, request, queue, share,
+                                 reads, max_bytes, defer=True)  # fmt: skip
+            page = response.get("jobSummaryList") if isinstance(response, dict) else None
+            if isinstance(page, JobPage):  # encoded a chunk at a time, the decisions between
+                for _ in page.steps():
+                    await asyncio.sleep(0)
+                encoded = page.encode()
+            else:
+                encoded = json.dumps(response).encode()
         except Exception as error:  # a bad request gets an error, never a crash
-            response = {"error": {"type": "ClientException", "message": str(error)}}
-        if msg.reply:
-            await msg.respond(json.dumps(response).encode())
+            log.warning("read request failed", subject=msg.subject, error=repr(error))
+            refusal = {"error": {"type": "ClientException", "message": str(error)}}
+            encoded = json.dumps(refusal).encode()
+        if not msg.reply:
+            return
+        if len(encoded) > max_bytes - 1024:  # headers and protocol framing need the rest
+            log.error("read answer over the bus's max_payload; answered with an error instead",
+                      subject=msg.subject, answer_bytes=len(encoded), max_payload=max_bytes)
+            encoded = json.dumps({"error": {"type": "ServerException", "message": (
+                f"the answer ({len(encoded)} bytes) exceeds the bus's max_payload "
+                f"({max_bytes} bytes); ask for less")}}).encode()  # fmt: skip
+        try:
+            await msg.respond(encoded)
+        except Exception as error:
+            log.error("read answer not sent", subject=msg.subject, error=repr(error))
+        # Reads are answered one at a time (one subscription); resting as long as a heavy
+        # read took before the next one leaves the decisions at least half of the loop (and
+        # of the process's core), however hard a team reads.  Light reads do not rest.
+        took = time.perf_counter() - started
+        if took > READ_LIGHT_S:
+            await asyncio.sleep(min(took, READ_REST_MAX_S))
 
+    async def _read_index(self) -> ReadIndex:
+        """The read index of the term's state, caught up with it, INDEX_CHUNK jobs at a time."""
+        async with self._reads_lock:
+            state = self.recovered.state
+            if self._reads is None or self._reads.state is not state:
+                self._reads = ReadIndex(state)
+            while self._reads.catch_up(INDEX_CHUNK) > 0:
+                await asyncio.sleep(0)  # let the decisions run
+                if self.recovered is None or self.recovered.state is not state:
+                    raise RuntimeError("the scheduler's term ended; try again")
+            return self._reads
 
 def api_subject(scope: Partition) -> str:
     """`qm.api.<verb>` and `qm.api.<queue or ~>.<verb>` for one partition: all of them, the

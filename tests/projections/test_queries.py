@@ -41,7 +41,7 @@ def requests(state: State) -> list[tuple[str, dict]]:
         asked.append(("get-job-queue-snapshot", {"jobQueue": queue}))
         for status in (None, "ALL", "RUNNABLE", "SCHEDULED", "STARTING", "SUCCEEDED", "FAILED"):
             asked.append(("list-service-jobs", {"jobQueue": queue, "jobStatus": status,
-                                                "maxResults": 100_000}))  # fmt: skip
+                                                "maxResults": 1000}))  # fmt: skip
         for share in state.queues[queue].shares:
             asked.append(("list-service-jobs", {"jobQueue": queue, "jobStatus": "ALL", "filters": [
                 {"name": "QUOTA_SHARE_NAME", "values": [share]}]}))  # fmt: skip
@@ -60,6 +60,7 @@ def test_read_verbs_from_the_projection_answer_as_the_scheduler_does(name):
     with project(facts) as projection:
         for verb, request in requests(state):
             expected = api.answer(state, verb, request)
+            expected.pop("nextToken", None)  # the scheduler pages; the projection lists at once
             assert queries.answer(projection.con, verb, request) == expected, (verb, request)
 
 

@@ -26,6 +26,8 @@ No I/O, no clock, no randomness, no logging: the same commands give the same fac
 
 from __future__ import annotations
 
+import base64
+import hashlib
 from typing import Any
 
 from quotasched.events import commands as C
@@ -61,7 +63,7 @@ def step(state: State, command: C.Command, seq: int, stamp: float | None = None,
     """
     at = clock if clock is not None else command.at if command.at is not None else stamp
     at = state.time if at is None else max(at, state.time)
-    round_ = Round(state, seq, at)
+    round_ = Round(state, seq, at, size)
     # Every attempt deadline in the heap, stale entries included, is at least its top's, and
     # no blocked head's time limit runs out before `blocked_due`: while both are ahead, no
     # timer can be due.
@@ -153,22 +155,28 @@ def step_raw(state: State, data: bytes | str, seq: int) -> list[F.Fact]:
     return step(state, command, seq, size=len(data))
 
 
-RAW_KEPT_CHARS = 64 * 1024
+RAW_KEPT_BYTES = 256
 
 
 def reject_undecodable(state: State, error: DecodeError, seq: int) -> list[F.Fact]:
     """A message that is not a valid command: recorded with everything it claimed to be.
 
-    Its text is kept up to 64 KiB (escaped into JSON, a hostile 1 MB message could grow six
-    times); the command log keeps the message itself, whole.
+    Up to 256 bytes it is kept whole; a longer one keeps its first 256 bytes (for people),
+    its size and its sha256 (for the audit), never its body: the command stream keeps the
+    message itself, whole, and a record that copied refused bodies would fill the store
+    twice as fast (issue 29).
     """
-    raw, size = error.raw, None
-    if len(raw) > RAW_KEPT_CHARS:
-        raw, size = raw[:RAW_KEPT_CHARS], len(error.raw.encode())
+    raw, size, digest = error.raw, None, None
+    data = base64.b64decode(raw) if error.raw_encoding == "base64" else raw.encode("utf-8")
+    if len(data) > RAW_KEPT_BYTES:
+        size, digest = len(data), hashlib.sha256(data).hexdigest()
+        head = data[:RAW_KEPT_BYTES]
+        raw = base64.b64encode(head).decode() if error.raw_encoding == "base64" \
+            else head.decode("utf-8", "ignore")  # a character cut in two is left out
     return reject(
         state, error.kind or "Unknown", error.reason, seq, raw=raw, raw_size=size,
-        raw_encoding=error.raw_encoding, job_id=error.job_id, job_queue=error.job_queue,
-        quota_share_name=error.quota_share_name,
+        raw_sha256=digest, raw_encoding=error.raw_encoding, job_id=error.job_id,
+        job_queue=error.job_queue, quota_share_name=error.quota_share_name,
     )  # fmt: skip
 
 

@@ -115,7 +115,7 @@ class Share:
     __slots__ = (
         "name", "queue", "limits", "strategy", "borrow_limit_percent", "in_share_preemption",
         "state", "config", "usage", "heap", "dispatched", "waits_on", "min_runtime_s",
-        "budget", "preempted_at", "lending", "options", "charge",
+        "budget", "preempted_at", "lending", "options", "charge", "live", "submissions",
     )  # fmt: skip
 
     def __init__(self, name: str = "", queue: str = ""):
@@ -142,6 +142,10 @@ class Share:
         # Under its queue's FAIR_SHARE (fairshare.py): (period, charge in it, decayed charge of
         # the periods before, time accrued to); () when its queue assigns idle capacity FIFO.
         self.charge: tuple = ()
+        # Admission limits (limits.py): its jobs not yet ended, and (second, submissions in
+        # it, bytes window, bytes in it) of its latest accepted submission; () before any.
+        self.live = 0
+        self.submissions: tuple = ()
 
     def limit(self, unit: str) -> int:
         return self.limits.get(unit, 0)
@@ -170,12 +174,14 @@ class Share:
     def snapshot(self) -> tuple:
         return (self.limits, self.strategy, self.borrow_limit_percent, self.in_share_preemption,
                 self.state, self.config, self.usage, self.waits_on, self.min_runtime_s,
-                self.budget, self.preempted_at, self.lending, self.options, self.charge)  # fmt: skip
+                self.budget, self.preempted_at, self.lending, self.options, self.charge,
+                self.live, self.submissions)  # fmt: skip
 
     def restore(self, saved: tuple) -> None:
         (self.limits, self.strategy, self.borrow_limit_percent, self.in_share_preemption,
          self.state, self.config, self.usage, self.waits_on, self.min_runtime_s, self.budget,
-         self.preempted_at, self.lending, self.options, self.charge) = saved  # fmt: skip
+         self.preempted_at, self.lending, self.options, self.charge, self.live,
+         self.submissions) = saved  # fmt: skip
 
     def __getstate__(self) -> tuple:
         return (self.name, self.queue, self.heap, self.dispatched, self.snapshot())

@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 from quotasched.events import facts as F
 from quotasched.events.values import JobStatus, PreemptionOutcome, StatusCause
+from quotasched.services.scheduler.core import limits
 from quotasched.services.scheduler.core.accounting import add_usage, recompute_totals
 from quotasched.services.scheduler.core.fairshare import accrue, fresh
 from quotasched.services.scheduler.core.victims import MAX_BUDGET
@@ -239,7 +240,20 @@ def _submitted(state: State, fact: F.JobSubmitted) -> None:
     if payload is not None:
         job.payload = payload if isinstance(payload, str) else json.dumps(payload)
     state.put(state.jobs, job.job_id, job)
+    share = state.queues[job.queue].shares.get(job.share)
+    if share is not None:  # its admission counts (limits.py)
+        state.save(share)
+        share.live += 1
+        share.submissions = limits.counted(share, fact.at, fact.command_bytes)
     _enqueue(state, job, fact.at)
+
+
+def _ended(state: State, job) -> None:
+    """A job of the share reached a final status: one fewer queued job (limits.py)."""
+    share = state.queues[job.queue].shares.get(job.share)
+    if share is not None and share.live > 0:
+        state.save(share)
+        share.live -= 1
 
 
 @_case(F.JobPriorityUpdated)
@@ -313,6 +327,7 @@ def _preempted(state: State, fact: F.JobPreempted) -> None:
         job.status_reason = reason
         _enqueue(state, job, fact.at)
     else:
+        _ended(state, job)
         job.status = JobStatus.FAILED
         job.status_reason = f"{reason}; preemptionRetriesBeforeTermination exhausted"
         job.stopped_at = fact.at
@@ -332,6 +347,8 @@ def _status(state: State, fact: F.JobStatusChanged) -> None:
             _stop_attempt(job, fact.attempt, fact.at, fact.status_reason, preempted=False)
     if fact.status.terminal:
         job.stopped_at = fact.at
+        if not job.status.terminal:
+            _ended(state, job)
     job.status = fact.status
     job.status_reason = fact.status_reason
     job.is_terminated = job.is_terminated or fact.is_terminated

@@ -1,7 +1,9 @@
 """Job commands: submit, priority update, terminate, executor status reports, and Tick.
 
-Submissions are idempotent (`jobId` / `clientToken`); a derived job id is a UUID5 of the
-queue and the client token or acceptance order, so replays derive the same ids.  An
+Submissions are idempotent (`jobId` / `clientToken`).  A derived job id (the client chose
+none) is a UUID5 of the queue and the client token, or of the acceptance order and the whole
+submission, so replays derive the same ids and a rival team cannot predict another's; one
+already taken by another job is passed over, never refused (issue 29, point 6).  An
 executor's report moves a live attempt along its lifecycle; a report about another attempt,
 or one that cannot apply to the job's status, is recorded as JobReportIgnored and changes
 nothing.  Registered with `round.handles`; decision.py runs them.
@@ -15,6 +17,7 @@ from quotasched.events import commands as C
 from quotasched.events import facts as F
 from quotasched.events.values import CapacityUsage, JobStatus, ReportedStatus, StatusCause
 from quotasched.events.values import State as OnOff
+from quotasched.services.scheduler.core import limits
 from quotasched.services.scheduler.core.admission import CAPACITY_BOUNCED
 from quotasched.services.scheduler.core.configure import existing_share
 from quotasched.services.scheduler.core.round import Rejected, Round, fact_base, handles
@@ -37,13 +40,15 @@ def _submit(round_: Round, command: C.SubmitServiceJob) -> None:
         ))
         return
     names["job_id"] = command.job_id
+    over = limits.refusal(share, round_.at, round_.size)  # first: a refusal over a limit is cheap
+    if over is not None:
+        raise Rejected(over, **names)
     if queue.state is OnOff.DISABLED:
         raise Rejected(f"Job queue {queue.name} is DISABLED and accepts no new jobs", **names)
     if share.state is OnOff.DISABLED:
         raise Rejected(f"Quota share {share.name} is DISABLED and accepts no new jobs", **names)
+    # An explicit jobId that exists was handled by _same_submission; a derived one is free.
     job_id = command.job_id or _derived_job_id(state, command)
-    if job_id in state.jobs:
-        raise Rejected(f"Job id {job_id} is already used by another job", **names)
     usage = command.capacity_usage
     if usage is None:
         usage = [CapacityUsage(capacity_unit=u, quantity=n) for u, n in command.need()]
@@ -52,6 +57,7 @@ def _submit(round_: Round, command: C.SubmitServiceJob) -> None:
     round_.emit(F.job_submitted(
         command, at=round_.at, command_seq=round_.seq, job_id=job_id, job_queue=queue.name,
         quota_share_name=share.name, capacity_usage=usage,
+        command_bytes=limits.counted_bytes(round_.size),
     ))  # fmt: skip
 
 
@@ -76,9 +82,24 @@ def _same_submission(state: State, command: C.SubmitServiceJob) -> str | None:
 
 
 def _derived_job_id(state: State, command: C.SubmitServiceJob) -> str:
-    """Deterministic: from the client token if there is one, else from acceptance order."""
-    basis = f"token/{command.client_token}" if command.client_token else f"seq/{state.next_seq}"
-    return str(uuid.uuid5(JOB_ID_NAMESPACE, f"{command.job_queue}/{basis}"))
+    """Deterministic, from what only the submitter knows: its client token if there is one,
+    else the acceptance order and the submission itself (share, name, payload, every field but
+    the clock, which the bus stamps): knowing the next sequence numbers is not enough to
+    claim the ids another team's submissions will get.  An id a job already holds (someone
+    guessed it, and chose it as a jobId) is passed over for the next candidate: a submission
+    is never refused for an id it did not choose.  Each step passes a distinct existing job,
+    so there are at most len(state.jobs) steps."""
+    if command.client_token:
+        basis = f"token/{command.client_token}"
+    else:
+        basis = f"seq/{state.next_seq}/" + command.model_dump_json(by_alias=True, exclude={"at"})
+    name = f"{command.job_queue}/{basis}"
+    job_id = str(uuid.uuid5(JOB_ID_NAMESPACE, name))
+    passed = 0
+    while job_id in state.jobs:
+        passed += 1
+        job_id = str(uuid.uuid5(JOB_ID_NAMESPACE, f"{name}/taken/{passed}"))
+    return job_id
 
 
 def _live_job(round_: Round, job_id: str, action: str):

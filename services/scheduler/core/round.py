@@ -19,13 +19,14 @@ from quotasched.services.scheduler.core.state import State
 
 
 class Round:
-    __slots__ = ("state", "seq", "at", "facts")
+    __slots__ = ("state", "seq", "at", "facts", "size")
 
-    def __init__(self, state: State, seq: int, at: float):
+    def __init__(self, state: State, seq: int, at: float, size: int = 0):
         self.state = state
         self.seq = seq
         self.at = at
         self.facts: list[Fact] = []
+        self.size = size  # the message's bytes, as received (0: not from bytes)
 
     def emit(self, fact: Fact) -> None:
         self.facts.append(fact)

@@ -1,0 +1,77 @@
+"""Admission limits: how much one quota share may submit (issue 29; an option beyond AWS).
+
+A team must not be able to flood the service.  Each share has three limits, set with
+`SetQuotaShareOptions` and defaulting (values.ADMISSION_DEFAULTS) when not set:
+
+- queued jobs: the share's jobs not yet ended (RUNNABLE or dispatched) at most
+  `maxQueuedJobs`;
+- submissions per second: at most `maxSubmissionsPerSecond` accepted in one whole second of
+  logical time, `[floor(at), floor(at) + 1)`;
+- submission bytes: at most `maxSubmissionBytesPerWindow` bytes of accepted submissions in one
+  window `[k * W, (k + 1) * W)` of `W = submissionBytesWindowSeconds`.  A submission's bytes are
+  its message's size as the core received it (`step(..., size=)`), counted only above
+  `BYTES_COUNTED_ABOVE`; the JobSubmitted fact then records them (`commandBytes`), so the
+  fold of the log, the live service, replay and the audit count the same.
+
+Windows are fixed, not sliding: two integers per share, O(1) to check and fold.  A submission
+over a limit is refused before anything else is done with it, with a CommandRejected naming
+the limit; refusals do not count, so a share is accepted again as soon as it is back under
+its limits (its jobs end, the next second, the next window).  Counts come only from facts
+(`counted` is called by evolve), so a recovered scheduler counts exactly as the live one.
+"""
+
+from __future__ import annotations
+
+from quotasched.events.values import QuotaShareOptions
+from quotasched.services.scheduler.core.entities import Share
+
+BYTES_COUNTED_ABOVE = 16 * 1024
+"""Submissions up to this size count 0 bytes (their number is limited per second); every
+example and ordinary submission is far smaller, so their facts stay as they were."""
+
+_DEFAULT = QuotaShareOptions()
+
+
+def options_of(share: Share) -> QuotaShareOptions:
+    return _DEFAULT if share.options is None else share.options.options
+
+
+def counted_bytes(size: int) -> int | None:
+    """The bytes a submission of `size` bytes counts (None: none, and none recorded)."""
+    return size if size > BYTES_COUNTED_ABOVE else None
+
+
+def refusal(share: Share, at: float, size: int) -> str | None:
+    """Why a submission to `share` at `at` of `size` bytes would pass a limit, if it would."""
+    options = options_of(share)
+    most = options.admission("max_queued_jobs")
+    if share.live >= most:
+        return (f"Quota share {share.name} has {share.live} queued jobs, its limit "
+                       f"maxQueuedJobs of {most}; submit again when some have ended")
+    second, submitted, window, used = share.submissions or (None, 0, None, 0)
+    most = options.admission("max_submissions_per_second")
+    if second == int(at // 1) and submitted >= most:
+        return (f"Quota share {share.name} already had {submitted} submissions in this "
+                       f"second, its limit maxSubmissionsPerSecond of {most}")
+    charge = counted_bytes(size)
+    if charge is None:
+        return None
+    most = options.admission("max_submission_bytes_per_window")
+    seconds = options.admission("submission_bytes_window_seconds")
+    used = used if window == int(at // seconds) else 0
+    if used + charge > most:
+        return (f"Quota share {share.name} would reach {used + charge} submission bytes in "
+                       f"this {seconds}-second window, over its limit maxSubmissionBytesPerWindow "
+                       f"of {most}")
+    return None
+
+
+def counted(share: Share, at: float, command_bytes: int | None) -> tuple:
+    """The share's counts (second, submissions in it, window, bytes in it) once a submission
+    at `at` of `command_bytes` counted bytes is accepted."""
+    seconds = options_of(share).admission("submission_bytes_window_seconds")
+    second, submitted, window, used = share.submissions or (None, 0, None, 0)
+    now, this_window = int(at // 1), int(at // seconds)
+    submitted = submitted + 1 if second == now else 1
+    used = used if window == this_window else 0
+    return now, submitted, this_window, used + (command_bytes or 0)
