@@ -106,7 +106,7 @@ class Stack:
             self._task.add_done_callback(self._scheduler_ended)
             self._exit.push_async_callback(self._stop_scheduler)
             await self.expose(self.scheduler)
-            await asyncio.wait_for(self.scheduler.leading.wait(), self.settings.lease_ttl_s * 3)
+            await self._until_leading()
             if self.server is not None:
                 self._watch_storage(self.scheduler)
         if self.projector_db is not None:
@@ -272,6 +272,20 @@ class Stack:
         if runner is not None:
             await asyncio.to_thread(runner.stop)
             self.failed = self.failed or runner.error
+
+    async def _until_leading(self) -> None:
+        """Until the scheduler leads, or raise what stopped it first (a log it refuses to
+        start on, ModeConflict or LogIncomplete: the caller says it in one line)."""
+        leading = asyncio.ensure_future(self.scheduler.leading.wait())
+        try:
+            await asyncio.wait({leading, self._task}, timeout=self.settings.lease_ttl_s * 3,
+                               return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
+        finally:
+            leading.cancel()
+        if self._task.done() and not self._task.cancelled() and self._task.exception():
+            raise self._task.exception()
+        if not self.scheduler.leading.is_set():
+            raise TimeoutError("the scheduler did not lead in time")
 
     def _scheduler_ended(self, task: asyncio.Task) -> None:
         """The scheduler's loop ended: fine when the stack stops; an error otherwise, said

@@ -30,8 +30,12 @@ class ListFilter(_Request):
 class ListServiceJobsRequest(_Request):
     job_queue: str = Field(description="The job queue's name, or its ARN.")
     job_status: str | None = Field(None, description="Default RUNNING; ALL lists every status.")
-    filters: list[ListFilter] | None = None
-    max_results: int | None = Field(None, description="Default 100.")
+    filters: list[ListFilter] | None = Field(
+        None, description="At most 5 filters, each of at most 100 values of at most 128 characters.")
+    max_results: int | None = Field(None, ge=1, le=1000, description="1-1000, default 100.")
+    next_token: str | None = Field(
+        None, description="The previous page's nextToken: the next page (an answer always fits "
+                          "the bus, so a page may hold fewer than maxResults jobs).")
 
 
 class DescribeQuotaShareRequest(_Request):

@@ -265,11 +265,16 @@ def _refuse(reason: object) -> NoReturn:
 
 
 def _refuse_projector(error: Exception) -> NoReturn:
-    """The projector's start-up errors are one line; anything else is a bug: re-raised."""
+    """The projector's start-up errors, and a log the scheduler refuses to start on, are one
+    line; anything else is a bug: re-raised."""
     from quotasched.projections.schema import SchemaMismatch
     from quotasched.projections.store import ProjectionError
     from quotasched.services.projector.service import ProjectorError
+    from quotasched.services.scheduler.log import LogIncomplete
+    from quotasched.services.scheduler.mode import ModeConflict
 
+    if isinstance(error, (LogIncomplete, ModeConflict)):
+        _refuse(str(error))
     if not isinstance(error, (ProjectorError, ProjectionError, SchemaMismatch)):
         raise error
     _refuse(f"the projector cannot start: {error}")

@@ -25,8 +25,10 @@ import pytest
 from quotasched.services.client import Bus
 from quotasched.services.embedded import free_port
 from tests.integration.conftest import QUOTASCHED, Process
+from quotasched.events.subjects import FACTS_STREAM
 from tests.integration.helpers import (
     NO_TICKS,
+    NOTEBOOK,
     eventually,
     publish_items,
     read_facts,
@@ -404,3 +406,29 @@ async def test_a_read_only_jetstream_dir_is_a_one_line_error(tmp_path, ups):
     store = data_dir / "jetstream"
     result = run_up_read_only(store, *up_args(data_dir, port, "--no-projector"))
     assert_one_line_error(result, str(store), "Read-only file system")
+
+
+async def test_up_on_a_store_whose_first_facts_were_purged_refuses_to_start_naming_the_restore(
+        tmp_path, ups):  # fmt: skip
+    """The scheduler inside `up` refuses a fact log that lost its configuration (issue 29) as
+    `quotasched scheduler` does: `up` exits 2 with that one line last, instead of waiting for
+    a leader that never comes."""
+    data_dir, port = tmp_path / "data", free_port()
+    up = ups(data_dir, port, "--no-projector")
+    url = await announced(up, port)
+    lines = [line for line in NOTEBOOK.read_text().splitlines() if line.strip()][:6]
+    async with Bus(url) as bus:
+        last = 0
+        for line in lines:
+            last = await bus.publish(line)
+        await wait_decided(bus.js, last)
+        end = (await bus.js.stream_info(FACTS_STREAM)).state.last_seq
+        await bus.js.purge_stream(FACTS_STREAM, keep=2)  # the configuration's first facts go
+    assert up.stop() == 0
+    result = run_up(*up_args(data_dir, port, "--no-projector"))
+    detail = f"exit {result.returncode}, stderr:\n{result.stderr}"
+    assert result.returncode == 2, detail
+    last_line = result.stderr.strip().splitlines()[-1]
+    assert last_line.startswith(f"quotasched up: the fact log {FACTS_STREAM} begins at sequence "
+                                f"{end - 1}: "), detail  # fmt: skip
+    assert "restore" in last_line, detail
