@@ -52,23 +52,13 @@ from quotasched.services.client import Bus  # noqa: E402
 from quotasched.services.embedded import EmbeddedServer  # noqa: E402
 from tests.integration.conftest import QUOTASCHED, Process  # noqa: E402
 from tests.integration.helpers import eventually, holder_of, read_facts, wait_decided  # noqa: E402
+from tests.reliability.support import escaped_children, hostile_job_folder, sleeper_alive  # noqa: E402
 
 SHARES = ROOT / "examples" / "shares.yaml"
-HOSTILE_JOB = ROOT / "tests" / "reliability" / "hostile_job.sh"
 G5 = "ml.g5.xlarge"
 CONSUMER = "executor-process"
 FORGED = "forged by a hostile job"
 CHECKED_CONFIG = ("filter_subject", "ack_policy", "deliver_policy", "deliver_subject")
-
-
-def alive(pid: int, marker: str = "sleep 60") -> bool:
-    """The process runs and is still the one that was started (not a reused pid)."""
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-        status = Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return False
-    return marker in cmdline and status != "Z"
 
 
 class Stack:
@@ -84,14 +74,7 @@ class Stack:
         self.creds = {path.name.removesuffix(".env"): read_credentials(path)
                       for path in (out / "creds").iterdir()}  # fmt: skip
         # What hostile jobs may read or write: a world-writable report folder and the script.
-        self.shared = Path(tempfile.mkdtemp(prefix="quotasched-hostile-", dir="/tmp"))
-        os.chmod(self.shared, 0o1777)
-        self.script = self.shared / "hostile_job.sh"
-        shutil.copy(HOSTILE_JOB, self.script)
-        os.chmod(self.script, 0o755)
-        self.reports = self.shared / "reports"
-        self.reports.mkdir()
-        os.chmod(self.reports, 0o1777)
+        self.shared, self.script, self.reports = hostile_job_folder()
         self.state_dir = root / "executor-state"
         self.started = 0
         self.base_env = {key: value for key, value in os.environ.items()
@@ -237,13 +220,9 @@ async def soak(rounds: int, faults: int, seed: int, root: Path, run_as: str | No
         stack.stop()
         reports = {path.name: path.read_text(errors="replace")
                    for path in stack.reports.glob("*.report")} if stack.reports.exists() else {}
-    pids = []
-    for report_dir in stack.reports.glob("*") if stack.reports.exists() else []:
-        for name in ("setsid.pid", "daemon.pid"):
-            pid_file = report_dir / name
-            if pid_file.is_file() and pid_file.read_text().strip().isdigit():
-                pids.append(int(pid_file.read_text()))
-    survivors = [pid for pid in pids if alive(pid)]
+    pids = [pid for report_dir in stack.reports.glob("*") if report_dir.is_dir()
+            for pid in escaped_children(report_dir)]  # fmt: skip
+    survivors = [pid for pid in pids if sleeper_alive(pid)]
     for pid in survivors:  # leave the machine clean whatever the verdict
         os.kill(pid, signal.SIGKILL)
     shutil.rmtree(stack.shared, ignore_errors=True)

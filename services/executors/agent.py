@@ -192,7 +192,8 @@ class GpuAgent(ProcessExecutor):
         finally:
             try:  # its GPUs are free only once nothing of it is alive (contain.py)
                 while not await self.end_processes(attempt):
-                    pass
+                    if attempt.shutdown:  # the agent is leaving and hands out no GPU again;
+                        break  # kill_all logged what survives (a shutdown must not hang)
             finally:
                 self._release(attempt)
 

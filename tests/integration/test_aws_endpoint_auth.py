@@ -15,6 +15,7 @@ error), and prints `An error occurred (<Code>) when calling the <Op> operation: 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -60,11 +61,11 @@ def first_line(process: Process, prefix: str) -> str:
     return wait_until(printed, START_CEILING_S)
 
 
-@pytest.fixture(scope="module")
-def deployment(generated, tmp_path_factory):  # noqa: F811
-    """(endpoint URL, the auth directory): nats-server with the generated permissions, the
-    scheduler as `scheduler`, and `quotasched endpoint --keys endpoint-keys.json`."""
-    tmp = tmp_path_factory.mktemp("endpoint-auth")
+@contextlib.contextmanager
+def secured_endpoint(generated, tmp: Path, **endpoint_env: str):
+    """nats-server with the generated permissions, the scheduler as `scheduler`, and
+    `quotasched endpoint --keys endpoint-keys.json` (its extra variables `endpoint_env`), the
+    scheduler leading: (server, endpoint process, endpoint URL); all stopped at the end."""
     server = EmbeddedServer(tmp / "nats", extra_args=["-c", str(generated / "nats-server.conf")])
     server.start()
     env = {key: value for key, value in os.environ.items()
@@ -74,19 +75,25 @@ def deployment(generated, tmp_path_factory):  # noqa: F811
                         tmp / "scheduler.log")  # fmt: skip
     endpoint = Process(
         ["endpoint", "--nats-url", server.url, "--keys", str(generated / "endpoint-keys.json")],
-        env,
-        tmp / "endpoint.log",
-    )
+        {**env, **endpoint_env}, tmp / "endpoint.log")  # fmt: skip
     try:
         wait_until(lambda: holder_of(scheduler), START_CEILING_S)
-        url = first_line(endpoint, "AWS_ENDPOINT_URL_BATCH=")
-        assert endpoint.output().startswith(f"AWS_ENDPOINT_URL_BATCH={url}\n")
-        yield url, generated
-        assert endpoint.stop() == 0, endpoint.output()  # its role connections closed cleanly
+        yield server, endpoint, first_line(endpoint, "AWS_ENDPOINT_URL_BATCH=")
     finally:
         endpoint.stop()
         scheduler.stop()
         server.stop()
+
+
+@pytest.fixture(scope="module")
+def deployment(generated, tmp_path_factory):  # noqa: F811
+    """(endpoint URL, the auth directory): nats-server with the generated permissions, the
+    scheduler as `scheduler`, and `quotasched endpoint --keys endpoint-keys.json`."""
+    tmp = tmp_path_factory.mktemp("endpoint-auth")
+    with secured_endpoint(generated, tmp) as (_, endpoint, url):
+        assert endpoint.output().startswith(f"AWS_ENDPOINT_URL_BATCH={url}\n")
+        yield url, generated
+        assert endpoint.stop() == 0, endpoint.output()  # its role connections closed cleanly
 
 
 def batch(deployment, role: str, secret: str | None = None):

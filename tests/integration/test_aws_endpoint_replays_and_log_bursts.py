@@ -5,17 +5,14 @@ performs nothing twice, and a burst of identical refusals is one log line, the r
 from __future__ import annotations
 
 import json
-import os
 from datetime import UTC, datetime
 
 import pytest
 
-from quotasched.services.embedded import EmbeddedServer
-from tests.integration.conftest import Process, wait_until
-from tests.integration.helpers import NO_TICKS, holder_of
-from tests.integration.test_aws_endpoint_auth import (PAYLOAD, START_CEILING_S, TEAM,  # noqa: F401
-                                                      batch, configured, creds, first_line,
-                                                      jobs, post, signed_headers)
+from tests.integration.conftest import Process
+from tests.integration.test_aws_endpoint_auth import (PAYLOAD, TEAM, batch,  # noqa: F401
+                                                      configured, creds, jobs, post,
+                                                      secured_endpoint, signed_headers)
 from tests.reliability.test_permissions import generated  # noqa: F401  (auth generate, once)
 
 pytestmark = [pytest.mark.nats]
@@ -28,26 +25,10 @@ ENDPOINT: dict[str, Process] = {}
 def deployment(generated, tmp_path_factory):  # noqa: F811
     """test_aws_endpoint_auth's deployment, its endpoint's log kept (ENDPOINT["process"]),
     every error kind told once an hour."""
-    tmp = tmp_path_factory.mktemp("endpoint-replays")
-    server = EmbeddedServer(tmp / "nats", extra_args=["-c", str(generated / "nats-server.conf")])
-    server.start()
-    env = {key: value for key, value in os.environ.items()
-           if not key.startswith(("QUOTASCHED_", "AWS_"))}  # fmt: skip
-    scheduler = Process(["scheduler", "--nats-url", server.url],
-                        {**env, **NO_TICKS, **creds(generated, "scheduler")},
-                        tmp / "scheduler.log")  # fmt: skip
-    endpoint = Process(
-        ["endpoint", "--nats-url", server.url, "--keys", str(generated / "endpoint-keys.json")],
-        {**env, "QUOTASCHED_HTTP_ERROR_LOG_INTERVAL_S": "3600"}, tmp / "endpoint.log")  # fmt: skip
-    ENDPOINT["process"] = endpoint
-    try:
-        wait_until(lambda: holder_of(scheduler), START_CEILING_S)
-        url = first_line(endpoint, "AWS_ENDPOINT_URL_BATCH=")
+    with secured_endpoint(generated, tmp_path_factory.mktemp("endpoint-replays"),
+                          QUOTASCHED_HTTP_ERROR_LOG_INTERVAL_S="3600") as (_, endpoint, url):
+        ENDPOINT["process"] = endpoint
         yield url, generated
-    finally:
-        endpoint.stop()
-        scheduler.stop()
-        server.stop()
 
 
 def logged(event: str) -> list[dict]:

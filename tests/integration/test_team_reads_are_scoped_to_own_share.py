@@ -15,15 +15,11 @@ everything.
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 
 from quotasched.services.client import Bus
-from quotasched.services.embedded import EmbeddedServer
-from tests.integration.conftest import Process, wait_until
-from tests.integration.helpers import NO_TICKS, holder_of
-from tests.integration.test_aws_endpoint_auth import REGION, START_CEILING_S, creds, first_line
+from tests.integration.test_aws_endpoint_auth import REGION, creds, secured_endpoint
 from tests.reliability.test_permissions import Client, generated  # noqa: F401
 
 pytestmark = [pytest.mark.nats]
@@ -41,19 +37,8 @@ def secret_payload(share: str) -> str:
 def stack(generated, tmp_path_factory):  # noqa: F811
     """(NATS URL, endpoint URL, auth directory, share -> job id) with queue q, shares qs1-qs3
     and one job per team, named `job-qs1` and `job-qs2`, each submitted with its team's key."""
-    tmp = tmp_path_factory.mktemp("scoped-reads")
-    server = EmbeddedServer(tmp / "nats", extra_args=["-c", str(generated / "nats-server.conf")])
-    server.start()
-    env = {key: value for key, value in os.environ.items()
-           if not key.startswith(("QUOTASCHED_", "AWS_"))}  # fmt: skip
-    scheduler = Process(["scheduler", "--nats-url", server.url],
-                        {**env, **NO_TICKS, **creds(generated, "scheduler")},
-                        tmp / "scheduler.log")  # fmt: skip
-    endpoint = Process(["endpoint", "--nats-url", server.url, "--keys",
-                        str(generated / "endpoint-keys.json")], env, tmp / "endpoint.log")
-    try:
-        wait_until(lambda: holder_of(scheduler), START_CEILING_S)
-        url = first_line(endpoint, "AWS_ENDPOINT_URL_BATCH=")
+    with secured_endpoint(generated, tmp_path_factory.mktemp("scoped-reads")) as (
+            server, _, url):  # fmt: skip
         ids: dict[str, str] = {}
         deployment = (server.url, url, generated, ids)
         admin = batch(deployment, "admin")
@@ -78,10 +63,6 @@ def stack(generated, tmp_path_factory):  # noqa: F811
                 serviceJobType="SAGEMAKER_TRAINING", serviceRequestPayload=secret_payload(share),
                 tags={"owner": f"team-{share}"}, schedulingPriority=3)["jobId"]  # fmt: skip
         yield deployment
-    finally:
-        endpoint.stop()
-        scheduler.stop()
-        server.stop()
 
 
 def batch(deployment, role: str):

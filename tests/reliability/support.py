@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
 from typing import Any
 
 from nats.js.api import ConsumerConfig, DeliverPolicy
@@ -76,3 +80,44 @@ async def publish_until_stored(js, subject: str, data: bytes, message_id: str,
             return ack.seq
         except Exception:  # the broker is restarting, full or a node is gone: try again
             await asyncio.sleep(0.2)
+
+
+# -- the hostile job class (hostile_job.sh), shared by its test and its soak -----------------
+
+HOSTILE_JOB = Path(__file__).with_name("hostile_job.sh")
+
+
+def hostile_job_folder() -> tuple[Path, Path, Path]:
+    """(folder, script, reports): a folder every user may reach (pytest's tmp_path is root's
+    0700; a job may run as `nobody`), sticky and world-writable like /tmp, holding a copy of
+    hostile_job.sh and the folder its reports go to.  The caller removes it."""
+    folder = Path(tempfile.mkdtemp(prefix="quotasched-hostile-", dir="/tmp"))
+    os.chmod(folder, 0o1777)
+    script = folder / "hostile_job.sh"
+    shutil.copy(HOSTILE_JOB, script)
+    os.chmod(script, 0o755)
+    reports = folder / "reports"
+    reports.mkdir()
+    os.chmod(reports, 0o1777)
+    return folder, script, reports
+
+
+def escaped_children(report_dir: Path) -> list[int]:
+    """The pids of the `setsid` child and the daemon a hostile attempt started (its report
+    folder's setsid.pid and daemon.pid), those it had time to write."""
+    pids = []
+    for name in ("setsid.pid", "daemon.pid"):
+        path = report_dir / name
+        if path.is_file() and path.read_text().strip().isdigit():
+            pids.append(int(path.read_text()))
+    return pids
+
+
+def sleeper_alive(pid: int) -> bool:
+    """The hostile job's `sleep` still runs as `pid` (not a zombie, not a reused pid)."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+    return b"sleep 60" in cmdline.replace(b"\0", b" ") and state != "Z"

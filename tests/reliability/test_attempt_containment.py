@@ -240,19 +240,27 @@ async def test_the_agent_frees_the_gpus_of_a_daemonizing_job_only_once_its_daemo
     assert "containment: cgroup v2 per attempt at " in agent.output()
 
 
-async def test_a_restarted_executor_kills_the_daemon_a_lost_attempt_left(
-        tmp_path, nats_server, spawn, daemons):  # fmt: skip
+async def running_with_a_daemon(bus: Bus, spawn, tmp_path: Path, daemons: list[Path],
+                                job_id: str):  # fmt: skip
+    """A process executor running `job_id`, a job that left a setsid child and runs on:
+    (the executor, the child's pid)."""
     pidfile = tmp_path / "daemon.pid"
     daemons.append(pidfile)
+    await publish_items(bus, setup_commands(QUEUE, shares=[("a", 1, "RESERVE", "DISABLED")],
+                                            capacity=1))  # fmt: skip
+    executor = spawn("executor", "--kind", "process")
+    await submit(bus, job_id, "a", setsid_job(pidfile, then="stay"))
+    await eventually(lambda: status_of(bus, job_id, 1, "RUNNING"), 30, what="RUNNING")
+    pid = await eventually(lambda: _async(pid_in(pidfile)), 10, what="the daemon's pid")
+    return executor, pid
+
+
+async def test_a_restarted_executor_kills_the_daemon_a_lost_attempt_left(
+        tmp_path, nats_server, spawn, daemons):  # fmt: skip
     scheduler = spawn("scheduler")
     async with Bus(nats_server.url) as bus:
         await wait_leading(scheduler)
-        await publish_items(bus, setup_commands(QUEUE, shares=[("a", 1, "RESERVE", "DISABLED")],
-                                                capacity=1))  # fmt: skip
-        first = spawn("executor", "--kind", "process")
-        await submit(bus, "lost", "a", setsid_job(pidfile, then="stay"))
-        await eventually(lambda: status_of(bus, "lost", 1, "RUNNING"), 30, what="RUNNING")
-        pid = await eventually(lambda: _async(pid_in(pidfile)), 10, what="the daemon's pid")
+        first, pid = await running_with_a_daemon(bus, spawn, tmp_path, daemons, "lost")
         ledger = tmp_path / "executor-state" / "executor-process.json"
         [entry] = Ledger(str(ledger)).entries.values()
         first.kill()  # SIGKILL: the job and its daemon live on, without anybody to end them
@@ -269,17 +277,10 @@ async def test_a_restarted_executor_kills_the_daemon_a_lost_attempt_left(
 
 async def test_an_executor_shut_down_kills_what_its_attempts_left(
         tmp_path, nats_server, spawn, daemons):  # fmt: skip
-    pidfile = tmp_path / "daemon.pid"
-    daemons.append(pidfile)
     scheduler = spawn("scheduler")
     async with Bus(nats_server.url) as bus:
         await wait_leading(scheduler)
-        await publish_items(bus, setup_commands(QUEUE, shares=[("a", 1, "RESERVE", "DISABLED")],
-                                                capacity=1))  # fmt: skip
-        executor = spawn("executor", "--kind", "process")
-        await submit(bus, "runs", "a", setsid_job(pidfile, then="stay"))
-        await eventually(lambda: status_of(bus, "runs", 1, "RUNNING"), 30, what="RUNNING")
-        pid = await eventually(lambda: _async(pid_in(pidfile)), 10, what="the daemon's pid")
+        executor, pid = await running_with_a_daemon(bus, spawn, tmp_path, daemons, "runs")
         assert executor.stop() == 0  # SIGTERM: a shutdown stops and reports what it runs
         assert not alive(pid), "the attempt's setsid child outlived the executor's shutdown"
         await eventually(lambda: status_of(bus, "runs", 1, "FAILED"), 10, what="reported")

@@ -36,6 +36,7 @@ from quotasched.events.codec import decode_command
 from quotasched.events.subjects import COMMANDS_STREAM, command_subject, subject_for_command
 from tests.integration.helpers import NO_TICKS, NOTEBOOK, eventually, wait_decided
 from tests.integration.test_failover import wait_leading
+from tests.reliability.support import escaped_children, hostile_job_folder, sleeper_alive
 from tests.reliability.test_permissions import Client, generated, secured, without_url  # noqa: F401
 
 pytestmark = [pytest.mark.nats, pytest.mark.slow]
@@ -197,25 +198,7 @@ class TestTheJobItselfIsHostile:
         assert executor.popen.poll() is None, executor.output()[-2000:]
 
 
-HOSTILE_SHELL_JOB = Path(__file__).with_name("hostile_job.sh")
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="--run-as needs root (CI runs as root)")
-
-
-def world_folder() -> Path:
-    """A folder every user may reach (pytest's tmp_path is root's 0700): the script's copy and
-    the hostile job's report folder (sticky, world-writable, like /tmp)."""
-    folder = Path(tempfile.mkdtemp(prefix="quotasched-hostile-", dir="/tmp"))
-    os.chmod(folder, 0o1777)
-    return folder
-
-
-def alive(pid: int) -> bool:
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()[0]
-    except (FileNotFoundError, IndexError):
-        return False
-    return b"sleep" in cmdline and state != "Z"
 
 
 @needs_root
@@ -227,16 +210,10 @@ class TestTheJobItselfIsHostileAsAnotherUser:
     async def test_a_job_run_as_another_user_finds_nothing_writes_nothing_and_leaves_nothing(
             self, secured, spawn):  # fmt: skip
         server, creds = secured
-        shared = world_folder()
+        shared, script, reports = hostile_job_folder()
         state = Path(tempfile.mkdtemp(prefix="quotasched-state-", dir="/tmp"))
         os.chmod(state, 0o755)  # as an operator's /var/lib/quotasched: the executor tightens it
         try:
-            script = shared / "hostile_job.sh"
-            shutil.copy(HOSTILE_SHELL_JOB, script)
-            os.chmod(script, 0o755)
-            reports = shared / "reports"
-            reports.mkdir()
-            os.chmod(reports, 0o1777)
             anonymous = {"QUOTASCHED_NATS_URL": server.url}
             scheduler = spawn("scheduler", **anonymous, **NO_TICKS,
                               **without_url(creds["scheduler"]))  # fmt: skip
@@ -273,14 +250,15 @@ class TestTheJobItselfIsHostileAsAnotherUser:
 
             report = (reports / "hostile-1.report").read_text()
             assert hostile["status"] == "SUCCEEDED", (hostile.get("statusReason"), report)
-            children = [int((reports / "hostile-1" / name).read_text())
-                        for name in ("setsid.pid", "daemon.pid")]  # fmt: skip
+            children = escaped_children(reports / "hostile-1")
+            assert len(children) == 2, children
             assert report.startswith("uid 65534 "), report  # it ran as nobody
             assert "found credentials" not in report and "credential variable" not in report, report
             assert "WROTE" not in report, report
             assert report.count("refused: write") == 3, report
             assert "Authorization Violation" in report, report  # without credentials: no bus
-            assert not [pid for pid in children if alive(pid)], f"{children} outlived the attempt"
+            survivors = [pid for pid in children if sleeper_alive(pid)]
+            assert not survivors, f"{survivors} outlived the attempt"
             assert victim["status"] == "SUCCEEDED", f"team qs2's job: {victim}"
             assert later["status"] == "SUCCEEDED", f"a job after the hostile one: {later}"
             assert "planted" not in ledger.read_text() if ledger.exists() else True

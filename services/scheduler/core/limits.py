@@ -48,17 +48,16 @@ def refusal(share: Share, at: float, size: int) -> str | None:
     if share.live >= most:
         return (f"Quota share {share.name} has {share.live} queued jobs, its limit "
                        f"maxQueuedJobs of {most}; submit again when some have ended")
-    second, submitted, window, used = share.submissions or (None, 0, None, 0)
+    seconds = options.admission("submission_bytes_window_seconds")
+    _, submitted, _, used = _counts_at(share, at, seconds)
     most = options.admission("max_submissions_per_second")
-    if second == int(at // 1) and submitted >= most:
+    if submitted >= most:
         return (f"Quota share {share.name} already had {submitted} submissions in this "
                        f"second, its limit maxSubmissionsPerSecond of {most}")
     charge = counted_bytes(size)
     if charge is None:
         return None
     most = options.admission("max_submission_bytes_per_window")
-    seconds = options.admission("submission_bytes_window_seconds")
-    used = used if window == int(at // seconds) else 0
     if used + charge > most:
         return (f"Quota share {share.name} would reach {used + charge} submission bytes in "
                        f"this {seconds}-second window, over its limit maxSubmissionBytesPerWindow "
@@ -70,8 +69,14 @@ def counted(share: Share, at: float, command_bytes: int | None) -> tuple:
     """The share's counts (second, submissions in it, window, bytes in it) once a submission
     at `at` of `command_bytes` counted bytes is accepted."""
     seconds = options_of(share).admission("submission_bytes_window_seconds")
+    now, submitted, window, used = _counts_at(share, at, seconds)
+    return now, submitted + 1, window, used + (command_bytes or 0)
+
+
+def _counts_at(share: Share, at: float, seconds: int) -> tuple[int, int, int, int]:
+    """(second, submissions in it, bytes window, bytes in it) as they stand at `at`: what
+    the share counted, or nothing where `at` is in a later second or window."""
     second, submitted, window, used = share.submissions or (None, 0, None, 0)
     now, this_window = int(at // 1), int(at // seconds)
-    submitted = submitted + 1 if second == now else 1
-    used = used if window == this_window else 0
-    return now, submitted, this_window, used + (command_bytes or 0)
+    return (now, submitted if second == now else 0, this_window,
+            used if window == this_window else 0)  # fmt: skip
