@@ -32,6 +32,7 @@ from tests.integration.helpers import (
     assert_same_facts,
     eventually,
     generate_workload,
+    log_events,
     logged,
     publish_items,
     read_facts,
@@ -241,7 +242,10 @@ async def test_killed_leaders_partitions_are_taken_over_and_decided_once(spawn, 
                              what="a standby following the log")  # fmt: skip
             await eventually(lambda: decided(at_command), 60, what=f"command {at_command} decided")
             processes[kill].signal(signal.SIGKILL)
-            await eventually(lambda: leads_all(kill + 1), 30, what="the standby taking over")
+            try:  # a takeover is ~5 s here (lease TTL 3 s); a loaded CI machine is slower
+                await eventually(lambda: leads_all(kill + 1), 60, what="the standby taking over")
+            except AssertionError as failed:
+                raise AssertionError(f"{failed}\n{lease_story(processes)}") from None
         await publishing
         await wait_all_decided(bus.js, items, seqs, timeout=90)
         await wait_quiet(bus.js, 0.5)
@@ -315,6 +319,17 @@ def submit_to(queue: str, job_id: str) -> dict:
 async def _decided(js, queue: str, seq: int) -> bool:
     facts = await read_facts(js, f"qm.fact.{queue}.>")
     return bool(facts) and facts[-1]["commandSeq"] >= seq
+
+
+def lease_story(processes) -> str:
+    """Each process's lease and rebuild events, for a takeover that did not happen."""
+    told = ("leading", "stepped down", "stepped down after an error", "handing over",
+            "state rebuilt", "could not follow the log", "recovered")  # fmt: skip
+    lines = []
+    for index, process in enumerate(processes):
+        events = [e for e in log_events(process) if e.get("event") in told]
+        lines += [f"process {index}:"] + [f"  {e}" for e in events[-20:]]
+    return "\n".join(lines)
 
 
 async def _logged_async(process, event: str):
