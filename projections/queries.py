@@ -11,6 +11,7 @@ or, inside the projector's process, a `con.cursor()`.
 
 from __future__ import annotations
 
+import base64
 import json
 from typing import Any
 
@@ -40,7 +41,8 @@ def _dicts(con, query: str, params: Any = None) -> list[dict[str, Any]]:
 
 
 _SUMMARY_COLUMNS = """job_id, job_name, job_queue, quota_share, priority, status, status_reason,
-    submitted_at, last_dispatched_at, capacity_usage, last_attempt, is_terminated, finished_at"""
+    submitted_at, last_dispatched_at, capacity_usage, last_attempt, is_terminated, finished_at,
+    submitted_seq"""
 
 
 def _summary(job: dict[str, Any]) -> dict[str, Any]:
@@ -94,16 +96,41 @@ def _attempt(job_id: str, row: tuple) -> dict[str, Any]:
 def _with_attempts(con, job: dict[str, Any], summary: dict[str, Any]) -> list[tuple]:
     """Add the summary's latestAttempt, startedAt and stoppedAt; return the history."""
     history = _history(con, job["job_id"]) if job["last_attempt"] else []
-    if history:
-        latest = _attempt(job["job_id"], history[-1])
-        summary["latestAttempt"] = {"serviceResourceId": latest["serviceResourceId"]}
-        if "startedAt" in latest:
-            summary["startedAt"] = latest["startedAt"]
+    _with_latest(job, summary, history[-1][:2] if history else None)
+    return history
+
+
+# The last attempt of each of a page's jobs and when it started (as _ATTEMPTS tells it): one
+# query for the page, not one per job (each reads the fact log's job events again).
+_LATEST_ATTEMPTS = """
+WITH latest AS (SELECT job_id, max(attempt) AS attempt FROM attempts
+                WHERE list_contains($ids, job_id) GROUP BY job_id)
+SELECT l.job_id, l.attempt,
+       min(e."at") FILTER (WHERE e.status IN ('STARTING', 'RUNNING')) AS started_at
+FROM latest l LEFT JOIN job_events e ON e.job_id = l.job_id AND e.attempt = l.attempt
+GROUP BY l.job_id, l.attempt"""
+
+
+def _latest_attempts(con, jobs: list[dict[str, Any]]) -> dict[str, tuple]:
+    ids = [job["job_id"] for job in jobs if job["last_attempt"]]
+    if not ids:
+        return {}
+    rows = con.execute(_LATEST_ATTEMPTS, {"ids": ids}).fetchall()
+    return {job_id: (attempt, started) for job_id, attempt, started in rows}
+
+
+def _with_latest(job: dict[str, Any], summary: dict[str, Any], latest: tuple | None) -> None:
+    """Add the summary's latestAttempt and startedAt (`latest`: the last attempt's number and
+    start, None before a first dispatch), and stoppedAt."""
+    if latest is not None:
+        shown = _attempt(job["job_id"], (*latest, None, None, False))
+        summary["latestAttempt"] = {"serviceResourceId": shown["serviceResourceId"]}
+        if "startedAt" in shown:
+            summary["startedAt"] = shown["startedAt"]
     if job["finished_at"] is not None:
         summary["stoppedAt"] = _ms(job["finished_at"])
     if summary.pop("isTerminated", None):  # AWS's order: isTerminated last
         summary["isTerminated"] = True
-    return history
 
 
 def _submitted_extras(con, job_id: str) -> dict[str, Any]:
@@ -161,27 +188,65 @@ def _queue_exists(con, queue: Any) -> None:
         raise QueryError(f"Job queue {queue} does not exist")
 
 
-def list_service_jobs(con, request: dict) -> dict[str, Any]:
-    """Newest first.  `jobStatus` defaults to RUNNING; a JOB_NAME filter ignores the status,
-    a QUOTA_SHARE_NAME filter combines with it (as the scheduler answers)."""
-    queue = _name(request.get("jobQueue"))
-    _queue_exists(con, queue)
-    filters = {item["name"]: item.get("values", []) for item in request.get("filters") or []}
-    unknown = set(filters) - {"QUOTA_SHARE_NAME", "JOB_NAME", "BEFORE_CREATED_AT",
-                              "AFTER_CREATED_AT"}
-    if "SHARE_IDENTIFIER" in unknown:
-        raise QueryError("SHARE_IDENTIFIER filters fair-share queues; use QUOTA_SHARE_NAME")
-    if unknown:
-        raise QueryError(f"Unknown filter {sorted(unknown)[0]}; expected QUOTA_SHARE_NAME, "
-                         "JOB_NAME, BEFORE_CREATED_AT or AFTER_CREATED_AT")  # fmt: skip
-    where, params = ["job_queue = $queue"], {"queue": queue}
-    patterns = filters.get("JOB_NAME", [])
-    from quotasched.services.scheduler.api import ApiError, job_status_asked  # one rule
+def list_params(request: dict) -> tuple[str, int, dict[str, list[str]], int | None]:
+    """A ListServiceJobs request's status, page size, filters and cursor, refused as the
+    scheduler refuses them (one rule: `maxResults` 1-1000, default 100; at most 5 filters of
+    100 values of 128 characters), before any job is read."""
+    from quotasched.services.scheduler.api import ApiError, _filters, _max_results, job_status_asked
 
     try:
         status = job_status_asked(request)
+        limit = _max_results(request.get("maxResults"))
+        filters = _filters(request.get("filters"))
     except ApiError as error:
         raise QueryError(str(error)) from None
+    return status, limit, filters, _cursor(request.get("nextToken"))
+
+
+def list_service_jobs(con, request: dict, max_bytes: int | None = None) -> dict[str, Any]:
+    """Newest first.  `jobStatus` defaults to RUNNING; a JOB_NAME filter ignores the status,
+    a QUOTA_SHARE_NAME filter combines with it (as the scheduler answers).
+
+    Paged as the scheduler pages, so that every answer fits one NATS message: at most
+    `maxResults` jobs and `max_bytes` of summaries (the scheduler's bound by default), and a
+    `nextToken` while more match.  The token is a keyset cursor (the log position of the last
+    job's submission, which orders the list), not an offset: a job submitted meanwhile never
+    shows one job on two pages or skips one."""
+    from quotasched.services.scheduler.api import ANSWER_RESERVE_BYTES, MAX_ANSWER_BYTES
+
+    queue = _name(request.get("jobQueue"))
+    _queue_exists(con, queue)
+    status, limit, filters, before = list_params(request)
+    where, params = _job_filters(queue, status, filters)
+    if before is not None:
+        where.append("submitted_seq < $before")
+        params["before"] = before
+    params["limit"] = limit + 1  # one more: is there a next page?
+    jobs = _dicts(con, f"SELECT {_SUMMARY_COLUMNS} FROM jobs WHERE {' AND '.join(where)} "
+                       "ORDER BY submitted_seq DESC LIMIT $limit", params)  # fmt: skip
+    room = (MAX_ANSWER_BYTES if max_bytes is None else max_bytes) - ANSWER_RESERVE_BYTES
+    latest = _latest_attempts(con, jobs[:limit])
+    summaries: list[dict[str, Any]] = []
+    for job in jobs[:limit]:
+        summary = _summary(job)
+        _with_latest(job, summary, latest.get(job["job_id"]))
+        room -= len(json.dumps(summary, default=str).encode()) + 2
+        if room < 0:
+            if not summaries:
+                raise QueryError(f"Job {job['job_id']}'s summary alone exceeds the answer limit")
+            break
+        summaries.append(summary)
+    answer: dict[str, Any] = {"jobSummaryList": summaries}
+    if len(jobs) > len(summaries):  # cut by maxResults or by bytes: the rest on later pages
+        answer["nextToken"] = _token(jobs[len(summaries) - 1]["submitted_seq"])
+    return answer
+
+
+def _job_filters(queue: str, status: str,
+                 filters: dict[str, list[str]]) -> tuple[list[str], dict[str, Any]]:  # fmt: skip
+    """The WHERE terms (and their parameters) of a ListServiceJobs request."""
+    where, params = ["job_queue = $queue"], {"queue": queue}
+    patterns = filters.get("JOB_NAME", [])
     if not patterns and status != "ALL":
         where.append("status = $status")
         params["status"] = status
@@ -201,15 +266,27 @@ def list_service_jobs(con, request: dict) -> dict[str, Any]:
         if bound is not None:
             where.append(f"CAST(round(submitted_at * 1000) AS BIGINT) {op} ${name.lower()}")
             params[name.lower()] = bound
-    params["limit"] = int(request.get("maxResults") or 100)
-    jobs = _dicts(con, f"SELECT {_SUMMARY_COLUMNS} FROM jobs WHERE {' AND '.join(where)} "
-                       "ORDER BY submitted_seq DESC LIMIT $limit", params)  # fmt: skip
-    summaries = []
-    for job in jobs:
-        summary = _summary(job)
-        _with_attempts(con, job, summary)
-        summaries.append(summary)
-    return {"jobSummaryList": summaries}
+    return where, params
+
+
+def _token(submitted_seq: int) -> str:
+    """Opaque to clients; its own key, so that a scheduler's token (another numbering) is
+    refused here rather than read as a position of this log."""
+    text = json.dumps({"submittedBefore": submitted_seq})
+    return base64.urlsafe_b64encode(text.encode()).decode()
+
+
+def _cursor(token: Any) -> int | None:
+    """The submission position a `nextToken` continues below (None: from the newest)."""
+    if token is None or token == "":
+        return None
+    try:
+        before = json.loads(base64.urlsafe_b64decode(str(token)))["submittedBefore"]
+        if isinstance(before, int) and not isinstance(before, bool):
+            return before
+    except (ValueError, KeyError, TypeError):
+        pass
+    raise QueryError("nextToken is not one the projection gave")
 
 
 def _created_bound(values: list | None) -> int | None:

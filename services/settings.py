@@ -56,6 +56,9 @@ class HttpOptions(BaseSettings):
     allowed_hosts: Annotated[tuple[str, ...], NoDecode] = ()
     error_log_interval_s: float = Field(60.0, gt=0)  # one line per kind of error and interval
     search_timeout_s: float = Field(120.0, gt=0)  # the web view's job search, one at a time
+    # The AWS Batch endpoint's requests waiting on the scheduler at once; beyond it a request is
+    # answered 429 TooManyRequestsException at once, without touching the bus
+    max_in_flight: int = Field(64, ge=1)
 
     @field_validator("allowed_hosts", mode="before")
     @classmethod

@@ -12,15 +12,31 @@ from typing import Any
 from quotasched.services.endpoint.roles import ResourceDenied
 from quotasched.services.scheduler.api import ARN, job_arn
 
-DECISION_WAIT_S = 30.0
+DECISION_WAIT_S = 30.0  # a write's decision
+READ_WAIT_S = 10.0  # a read's answer (no responders: asked again for at most RESPONDER_WAIT_S)
 
 
 class Refused(Exception):
-    """An answer in AWS's error shape: ClientException (400) or ServerException (500)."""
+    """An answer in AWS's error shape: ClientException (400), TooManyRequestsException (429)
+    or ServerException (500)."""
 
     def __init__(self, message: str, status: int = 400, kind: str = "ClientException"):
         super().__init__(message)
         self.message, self.status, self.kind = message, status, kind
+
+    @property
+    def service_side(self) -> bool:
+        """The service's own trouble (throttled, or failed), not an answer about what was
+        asked: never to be taken for a job's own refusal."""
+        return self.status == 429 or self.status >= 500
+
+
+def throttled(message: str) -> Refused:
+    """AWS's throttling answer, which botocore retries with backoff (its standard and legacy
+    retry modes both know TooManyRequestsException and HTTP 429).  A scheduler that did not
+    answer in time (overloaded, failing over, or not running) is no fault of the request and
+    no failure either: the client should come again, later."""
+    return Refused(f"{message}; retry later", 429, "TooManyRequestsException")
 
 
 def _name(value: str | None) -> str | None:
@@ -62,9 +78,14 @@ async def _decide(bus, command: dict[str, Any]) -> list:
         raise Refused(str(error)) from None
     except NotFoundError:
         raise Refused("the NATS server has no quotasched streams yet", 500, "ServerException") from None
-    except (TimeoutError, NoRespondersError) as error:
-        raise Refused(f"no decision yet: {error or 'no scheduler answered'}; the command may be "
-                      "stored and decided later", 500, "ServerException") from None  # fmt: skip
+    except NoRespondersError:  # before anything was stored: finding the job, or JetStream
+        raise throttled("nothing answered the command (no scheduler leading, or JetStream not "
+                        "answering); nothing was stored") from None  # fmt: skip
+    except TimeoutError:
+        raise throttled(f"the scheduler did not decide within {DECISION_WAIT_S:g} s (overloaded, "
+                        "or none is leading); the command may be stored and then decided, in "
+                        "order (a SubmitServiceJob retried with its clientToken is the same job)"
+                        ) from None  # fmt: skip
     for fact in facts:
         if isinstance(fact, CommandRejected):
             raise Refused(fact.status_reason)
@@ -72,16 +93,23 @@ async def _decide(bus, command: dict[str, Any]) -> list:
 
 
 async def _ask(bus, verb: str, **params: Any) -> dict[str, Any]:
+    """One read; an error the scheduler answers is a ClientException, as it says."""
     from nats.errors import NoRespondersError
 
     from quotasched.services.client import ClientError
+    from quotasched.services.client_reads import RESPONDER_WAIT_S
 
     try:
-        return await bus.request(verb, **{k: v for k, v in params.items() if v is not None})
+        return await bus.request(verb, timeout=READ_WAIT_S,
+                                 **{k: v for k, v in params.items() if v is not None})
     except ClientError as error:
         raise Refused(str(error)) from None
-    except (NoRespondersError, TimeoutError):
-        raise Refused("no scheduler answered", 500, "ServerException") from None
+    except NoRespondersError:
+        raise throttled(f"no scheduler answered within {min(READ_WAIT_S, RESPONDER_WAIT_S):g} s "
+                        "(none is leading: failing over, or not running)") from None  # fmt: skip
+    except TimeoutError:
+        raise throttled(f"the scheduler did not answer within {READ_WAIT_S:g} s "
+                        "(overloaded)") from None  # fmt: skip
 
 
 def _page(items: list, params: dict[str, Any], key: str, default: int = 100) -> dict[str, Any]:
@@ -204,20 +232,21 @@ async def terminate_service_job(bus, p: dict) -> dict:
 
 async def terminate_service_jobs(bus, p: dict) -> dict:
     """Each job terminated on its own (AWS's bulk form): a job that cannot be found counts as
-    successful, as AWS says; any other refusal is that job's entry in `errors`."""
+    successful, as AWS says; any other refusal is that job's entry in `errors`.  The service's
+    own trouble (a throttle, a failure) is the whole request's answer."""
     successful, errors = [], []
     for job in p["jobs"]:
         try:
             await _ask(bus, "describe-service-job", jobId=job)
         except Refused as refused:
-            if refused.status >= 500:
+            if refused.service_side:
                 raise
             successful.append(job)  # not found
             continue
         try:
             await terminate_service_job(bus, {"jobId": job, "reason": p["reason"]})
         except Refused as refused:
-            if refused.status >= 500:
+            if refused.service_side:
                 raise
             errors.append({"job": job, "code": refused.kind, "message": refused.message})
         else:

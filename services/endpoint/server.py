@@ -22,6 +22,11 @@ page on another origin cannot send without a CORS preflight this server never gr
 foreign `Origin` or a `Host` the server does not listen on (DNS rebinding) is refused, 403
 AccessDeniedException.  Slow, idle and surplus connections are closed (`http_guard`).  Every bad
 body is a 400 ClientException, never a bare 500.
+
+Load: a scheduler that does not answer in time (overloaded, failing over, not running) is AWS's
+throttle, HTTP 429 TooManyRequestsException, which the SDKs retry with backoff; and at most
+QUOTASCHED_HTTP_MAX_IN_FLIGHT requests wait on the bus at once (`InFlight`), the surplus
+answered the same 429 at once.  Their log lines are rate-limited like every error line here.
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ from aiohttp import web
 
 from quotasched.services import logs
 from quotasched.services.endpoint.model import conform, routes, validation_errors
-from quotasched.services.endpoint.operations import Refused, perform
+from quotasched.services.endpoint.operations import Refused, perform, throttled
 from quotasched.services.endpoint.roles import Denied, Key, RoleBuses
 from quotasched.services.endpoint.sigv4 import Replays, Unauthenticated, signature_of, verify
 from quotasched.services.http_guard import BindError, ConnectionGuard, Throttle, bind
@@ -56,6 +61,26 @@ def _error(kind: str, message: str, status: int) -> web.Response:
     return web.json_response({"__type": kind, "message": message}, status=status,
                              headers={"x-amzn-ErrorType": kind,
                                       "x-amzn-RequestId": str(uuid.uuid4())})  # fmt: skip
+
+
+class InFlight:
+    """At most `cap` requests waiting on the bus at once.  A scheduler that is slow or gone
+    makes each wait out its timeout (10 s a read, 30 s a write), so a burst would pile up
+    tasks, subscriptions and sockets for nothing; beyond the cap a request is refused at once
+    (a counter: the event loop is the only thread that takes and releases)."""
+
+    def __init__(self, cap: int):
+        self.cap = cap
+        self.count = 0
+
+    def take(self) -> bool:
+        if self.count >= self.cap:
+            return False
+        self.count += 1
+        return True
+
+    def release(self) -> None:
+        self.count -= 1
 
 
 def _reads_only(request: web.Request) -> bool:
@@ -96,6 +121,7 @@ class Endpoint:
         self.guard = ConnectionGuard(self.http, self._refused_by_guard)
         self.throttle = Throttle(self.http.error_log_interval_s)
         self.replays = Replays()
+        self.in_flight = InFlight(self.http.max_in_flight)
 
     async def start(self) -> Endpoint:
         if self.keys is None and not is_loopback(self.host):
@@ -207,9 +233,14 @@ class Endpoint:
         problems = validation_errors(operation, params)
         if problems:
             return _error("ClientException", problems.replace("\n", " "), 400)
+        if not self.in_flight.take():
+            return self._refused_in_flight(operation)
         try:
             answer = await self._perform(key, operation, params)
         except Refused as refused:
+            if refused.status == 429:
+                self._log("warning", "the scheduler did not answer in time: answered 429",
+                          operation=operation, reason=refused.message)  # fmt: skip
             return _error(refused.kind, refused.message, refused.status)
         except Denied as denied:
             self._log("warning", "NATS refused a request of the AWS Batch endpoint", operation,
@@ -219,8 +250,19 @@ class Endpoint:
             self._log("error", "the AWS Batch endpoint failed a request", type(error).__name__,
                       operation=operation, error=repr(error), exc_info=error)  # fmt: skip
             return _error("ServerException", f"{type(error).__name__}: {error}", 500)
+        finally:
+            self.in_flight.release()
         return web.json_response(conform(operation, answer),
                                  headers={"x-amzn-RequestId": str(uuid.uuid4())})
+
+    def _refused_in_flight(self, operation: str) -> web.Response:
+        """Answered without touching the bus: the cap protects the scheduler, and a throttle
+        costs a counter and, at most once an interval, a log line."""
+        self._log("warning", "too many requests waiting on the scheduler: answered 429",
+                  operation=operation, in_flight=self.in_flight.count)  # fmt: skip
+        refused = throttled(f"{self.in_flight.cap} requests are already waiting on the scheduler "
+                            "(QUOTASCHED_HTTP_MAX_IN_FLIGHT)")  # fmt: skip
+        return _error(refused.kind, refused.message, refused.status)
 
     def _secret_of(self, access_key_id: str) -> str | None:
         key = self.keys.get(access_key_id) if self.keys is not None else None

@@ -3,7 +3,8 @@
     sql                     {"sql": "SELECT ...", "limit": 1000}
                             -> {"columns", "types", "rows", "rowCount", "truncated", "position"}
     describe-service-job    the AWS-shaped requests and answers of projections.queries
-    list-service-jobs       (the same shapes as the scheduler's qm.api.<verb>)
+    list-service-jobs       (the same shapes as the scheduler's qm.api.<verb>; list-service-jobs
+                            pages: maxResults 1-1000, default 100, and an opaque nextToken)
     get-job-queue-snapshot
     utilization             {"t0", "t1", "bucketSeconds": 3600, "per": "share"|"queue"}
                             -> {"rows": [...], "position"}
@@ -82,6 +83,8 @@ def check_request(verb: str, request: dict) -> None:
         row_limit(request)
     elif verb == "utilization":
         _utilization_params(request)
+    elif verb == "list-service-jobs":  # maxResults, filters and nextToken, as the scheduler's
+        queries.list_params(request)
 
 
 def _utilization_params(request: dict) -> tuple[float, float, float, str]:
