@@ -11,18 +11,35 @@ the clock included), and moves on.
 The audit re-runs the core over the command stream; for a command the log records as refused
 this way it runs the same refusal (services/audit/sides.py), and counts it, so the log and
 the re-run still agree and the report says how many commands were refused by the log.
+
+`RefusalLog` is the writer's log line of every refusal, bounded: a flooding tenant's refused
+commands are each recorded as a CommandRejected fact, but a log line each would cost the
+writer more than the decision (issue 29).  Per (job queue, quota share), the first
+`REFUSAL_LINES` refusals of each `REFUSAL_WINDOW_S` window are logged in full ("command
+rejected"); the rest are counted, and the window is summed up in one line ("commands
+rejected": how many, how many logged in full, per reason class) once it has closed.
 """
 
 from __future__ import annotations
 
+import asyncio
+import time
+from collections.abc import Callable
+
 from quotasched.events.codec import DecodeError, decode_command, decode_fact
 from quotasched.events.facts import Fact
 from quotasched.events.subjects import parse_command_subject
+from quotasched.services.logs import Held, LineBudget
 from quotasched.services.scheduler.core import State, reject
 
 # The distinct start of the reason of a command the fact log refused (never a core reason).
 LOG_REFUSAL = "Not recorded: the fact log refused this command's facts"
 _REJECTED = b'{"kind":"CommandRejected"'
+
+REFUSAL_LINES = 5  # "command rejected" lines in full per (job queue, quota share) and window
+REFUSAL_WINDOW_S = 10.0
+REASON_CLASS_CHARS = 60  # a reason naming no limit is classed by its start
+OTHER_SHARES = ("*", "*")  # the key refusals count under beyond LineBudget.max_keys shares
 
 
 def refuse_message(state: State, subject: str, data: bytes, seq: int, cause: str) -> list[Fact]:
@@ -48,3 +65,79 @@ def refusal_cause_of(text: str) -> str:
     start = reason.find("(", len(LOG_REFUSAL))
     end = reason.rfind("); it was not decided")
     return reason[start + 1:end] if start >= 0 and end > start else reason
+
+
+def reason_class(reason: str) -> str:
+    """What a refusal is counted under in a summary line: the admission limit its reason
+    names (`maxQueuedJobs`, ...), "the fact log refused", or the reason's first characters."""
+    at = reason.find("limit max")
+    if at >= 0:
+        end = reason.find(" ", at + 6)
+        return reason[at + 6:end if end >= 0 else len(reason)].rstrip(".,;:")
+    if reason.startswith(LOG_REFUSAL):
+        return "the fact log refused"
+    return reason if len(reason) <= REASON_CLASS_CHARS else reason[:REASON_CLASS_CHARS] + "..."
+
+
+class RefusalLog:
+    """The writer's lines about refused commands, at most `lines` in full per (job queue,
+    quota share) and `window_s`, then one summary line per window that held some back: on
+    the share's next refusal after the window, on a timer when it closes, and at `close`
+    (the end of a term).  Every refusal is still a CommandRejected fact: only lines are
+    saved, never facts."""
+
+    def __init__(self, log, lines: int = REFUSAL_LINES, window_s: float = REFUSAL_WINDOW_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
+        self.log = log
+        self.budget = LineBudget(lines, window_s, clock, overflow_key=OTHER_SHARES)
+        self._timer: asyncio.TimerHandle | None = None
+
+    def rejected(self, seq: int, subject: str, queue: str | None, share: str | None,
+                 fact: Fact) -> None:  # fmt: skip
+        """Command `seq`, published on `subject` (of `queue` and `share`), got `fact`, its
+        CommandRejected."""
+        reason = fact.status_reason
+        told, closed = self.budget.admit((queue, share), reason_class(reason), seq)
+        if closed is not None:
+            self._summary(closed)
+        if told:
+            self.log.info("command rejected", stream_seq=seq, job_queue=queue,
+                          quota_share=share, job_id=getattr(fact, "job_id", None),
+                          subject=subject, reason=reason)  # fmt: skip
+        elif self._timer is None:
+            self._arm()
+
+    def due(self) -> None:
+        """Log the summaries of the windows closed by now."""
+        for held in self.budget.due():
+            self._summary(held)
+
+    def close(self) -> None:
+        """Log every summary held, closed or not (the term ends)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        for held in self.budget.flush():
+            self._summary(held)
+
+    def _arm(self) -> None:
+        when = self.budget.next_close()
+        if when is None:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no event loop: `due` and `close` tell the summaries
+            return
+        self._timer = loop.call_later(max(0.0, when - self.budget.clock()), self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self.due()
+        self._arm()
+
+    def _summary(self, held: Held) -> None:
+        queue, share = held.key
+        self.log.info("commands rejected", job_queue=queue, quota_share=share,
+                      refused=held.count, logged=held.told, held_back=held.held_back,
+                      reasons=dict(held.kinds), first_stream_seq=held.first,
+                      last_stream_seq=held.last, window_s=self.budget.window_s)  # fmt: skip

@@ -19,6 +19,10 @@ full store ("disk full": logged, counted, /healthz unhealthy until an append lan
 the server unavailable, or the message itself refused.  A command whose facts the bus cannot
 carry is recorded as refused (refusals.py) instead of being retried forever.
 
+Every refused command is a CommandRejected fact, but its log line is bounded (`RefusalLog`,
+refusals.py): per job queue and quota share, the first 5 refusals of each 10 s window are
+logged in full ("command rejected"), the rest summed up in one "commands rejected" line.
+
 `Writer` is a part of `Scheduler` (service.py), which holds the attributes it uses.
 """
 
@@ -46,7 +50,7 @@ from quotasched.services.bus import (
 )
 from quotasched.services.scheduler.core import catch_up_clock
 from quotasched.services.scheduler.log import capture_snapshot, save_snapshot, sequence_and_time
-from quotasched.services.scheduler.refusals import refuse_message
+from quotasched.services.scheduler.refusals import RefusalLog, refuse_message
 from quotasched.services.scheduler.routing import decide_message, fact_subject_of
 
 log = logs.get("quotasched.scheduler")
@@ -60,6 +64,9 @@ DISK_FULL_REMEDY = ("free space on the nats-server's JetStream store (or raise i
 
 
 PROBE_TIMEOUT_S = 2.0  # reading the log's end while diagnosing a failed append
+# Digits enough for any command sequence and fact index: the writer's headers of a fact take
+# at most this (`_fits_below`); only a payload near the bus's limit is measured exactly.
+_WIDEST = "9" * 20
 
 
 class SteppedDown(Exception):
@@ -110,12 +117,22 @@ class WriterHealth:
 class Writer:
     """The term's write loop and everything it does per batch (a part of `Scheduler`)."""
 
+    _refusals: RefusalLog | None = None  # the term's (`_write`)
+
     async def _write(self, inbox: asyncio.Queue, stop: asyncio.Event, tasks,
                      appender: FactAppender) -> None:  # fmt: skip
         """The term's batches, pipelined: decide one while the one before is being stored."""
-        inflight: InFlight | None = None
         self._appender = appender
         self._log_end = self.recovered.log_end  # where the next batch's facts must follow
+        self._refusals = RefusalLog(log)  # "command rejected" lines, bounded per share
+        try:
+            await self._write_batches(inbox, stop, tasks, appender)
+        finally:
+            self._refusals.close()  # the summaries of refusals not logged in full
+
+    async def _write_batches(self, inbox: asyncio.Queue, stop: asyncio.Event, tasks,
+                             appender: FactAppender) -> None:  # fmt: skip
+        inflight: InFlight | None = None
         while not stop.is_set():
             if self._handing_over:  # to another process: land what is in flight, then go
                 if inflight is not None:
@@ -171,12 +188,24 @@ class Writer:
 
         The state runs ahead of the log by at most two batches; if an append fails, this
         leader steps down and its state is dropped (the next term rebuilds from the log).
+
+        Per command this is the core's decision, its facts' subjects and bytes, and their
+        headers: a refusal (one small CommandRejected, the flooding tenant's lot) pays for
+        nothing else (issue 29): its subject is parsed once, its size is measured only if it
+        could be near the bus's limit, and its log line is bounded per share (`RefusalLog`).
         """
         recovered = self.recovered
         state = recovered.state
         out: list[tuple[str, bytes, dict[str, str]]] = []
         decided = recovered.decided_through
         scope = self.scope
+        partitioned = scope.token is not None
+        log_refusals = self.health.log_refusals
+        refusals = self._refusals
+        if refusals is None:  # deciding outside a term's `_write` (a benchmark, a test)
+            refusals = self._refusals = RefusalLog(log)
+        partition = self.partition
+        fits_below = self._fits_below()
         for msg in batch:
             seq, stamp = sequence_and_time(msg)
             if seq <= recovered.commands_through:
@@ -184,37 +213,45 @@ class Writer:
                     # the clock it left, not just its facts (a refusal left it as it was)
                     catch_up_clock(state, msg.data, stamp, refused=recovered.last_refused, bus=True)
                 continue  # in the state already (recorded, or decided without a fact of ours)
-            refusal = self.health.log_refusals.get(seq)
+            subject = msg.subject
+            refusal = log_refusals.get(seq) if log_refusals else None
             if refusal is not None:  # the log refused its facts before: record the refusal
-                facts = refuse_message(state, msg.subject, msg.data, seq, refusal)
+                facts = refuse_message(state, subject, msg.data, seq, refusal)
             else:
-                facts = decide_message(state, msg.subject, msg.data, seq, stamp)
+                facts = decide_message(state, subject, msg.data, seq, stamp)
             recovered.commands_through = seq
-            route = parse_command_subject(msg.subject)[:2]
+            queue, share, _ = parse_command_subject(subject)
+            route = (queue, share)
             subjects = [fact_subject_of(state, fact, route) for fact in facts]
-            if scope.token is not None:  # one partition among several: only our own part
+            if partitioned:  # one partition among several: only our own part
                 mine = [(f, s) for f, s in zip(facts, subjects) if scope.owns(s)]
                 facts, subjects = [f for f, _ in mine], [s for _, s in mine]
             encoded = [encode_bytes(fact) for fact in facts]
-            skip = self._already_logged(seq, encoded)
+            skip = self._already_logged(seq, encoded) if recovered.partial is not None else 0
             count = str(len(facts))  # lets readers know when they have all of a command
-            for index, (subject, payload) in enumerate(zip(subjects, encoded)):
+            for index, (subject_out, payload) in enumerate(zip(subjects, encoded)):
                 if index < skip:
                     continue
-                headers = {"Nats-Msg-Id": f"{self.partition}:{seq}:{index}", "Qm-Facts": count}
-                self._check_fits(seq, msg.subject, facts[index].kind, payload, headers)
-                out.append((subject, payload, headers))
+                headers = {"Nats-Msg-Id": f"{partition}:{seq}:{index}", "Qm-Facts": count}
+                if len(payload) > fits_below:
+                    self._check_fits(seq, subject, facts[index].kind, payload, headers)
+                out.append((subject_out, payload, headers))
             if facts:
                 decided = seq
                 recovered.decided_through = seq
-                recovered.last_refused = facts[0].kind == "CommandRejected"
-                if facts[0].kind == "CommandRejected":
-                    queue, share, _ = parse_command_subject(msg.subject)
-                    log.info("command rejected", stream_seq=seq, job_queue=queue,
-                             quota_share=share, job_id=getattr(facts[0], "job_id", None),
-                             subject=msg.subject, reason=facts[0].status_reason)  # fmt: skip
+                first = facts[0]
+                recovered.last_refused = rejected = first.kind == "CommandRejected"
+                if rejected:
+                    refusals.rejected(seq, subject, queue, share, first)
         self.commands_decided += len(batch)
         return out, decided
+
+    def _fits_below(self) -> int:
+        """The largest fact payload that fits the bus whatever its headers (`_check_fits`
+        measures only those above it)."""
+        limit = min(self.nc.max_payload, self.settings.streams.max_msg_size)
+        widest = {"Nats-Msg-Id": f"{self.partition}:{_WIDEST}:{_WIDEST}", "Qm-Facts": _WIDEST}
+        return limit - message_size(b"", widest)
 
     def _check_fits(self, seq: int, subject: str, kind: str, payload: bytes,
                     headers: dict[str, str]) -> None:  # fmt: skip
