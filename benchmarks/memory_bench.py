@@ -12,7 +12,12 @@ series' heap cannot inflate the next one's RSS):
 - queued, small / max tags: N SubmitServiceJob into a share of limit 1; one job runs, the
   other N-1 wait (RUNNABLE), none ends;
 - ended, small / max tags: N times SubmitServiceJob then ReportJobStatus SUCCEEDED of that
-  job, so at most one job is live and N have ended.
+  job, so at most one job is live and N have ended; the queue's retention is the default
+  (7 days), longer than the series' logical time (0.05 s a job), so none is forgotten: the
+  baseline;
+- expiring, small / max tags: the same with the queue's `endedJobRetentionSeconds` set to a
+  quarter of the smallest series' logical time, so retention forgets ended jobs (JobExpired)
+  as the series goes on and the state holds only the recent ones.
 
 Small tags: 2 short tags.  Max tags: AWS's limit, 50 tags of 128-character keys and
 256-character values, the values distinct per job.  Commands are generated lazily, so what
@@ -24,9 +29,8 @@ after `gc.collect()`, the child records:
 - RSS: `/proc/self/statm` resident pages, minus the same after the set-up, in a child without
   tracemalloc.
 
-Bytes per job = growth / N.  Flat memory per ended job would need ended jobs to be pruned
-(or bounded); the "ended largest / smallest" ratio compares the *total* ended-job bytes at
-the largest N with the smallest N: flat total would be ~1, linear growth is ~N_max/N_min.
+Bytes per job = growth / N.  The "largest / smallest" ratio compares the *total* bytes at
+the largest N with the smallest N: flat total is ~1, linear growth is ~N_max/N_min.
 A series whose estimated RSS would exceed half of MemAvailable is skipped and its estimate
 printed (the max-tag jobs cost ~tens of KiB each).
 """
@@ -55,6 +59,7 @@ SIZES_FULL = (1_000, 10_000, 100_000, 1_000_000)
 SIZES_SMOKE = (50, 200)
 MAX_TAGS, MAX_KEY_CHARS, MAX_VALUE_CHARS = 50, 128, 256
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
+RETENTION_SIZES: list[int] = []  # the sizes the expiring series' retention is computed from
 
 
 # -- the commands ----------------------------------------------------------------------------
@@ -81,19 +86,31 @@ def _succeeded(job: int) -> str:
                        "jobId": f"job-{job:07d}", "status": "SUCCEEDED", "attempt": 1})  # fmt: skip
 
 
-def setup_lines() -> list[str]:
+def retention_s(sizes: list[int]) -> float:
+    """The expiring series' retention: a quarter of its smallest checkpoint's logical time."""
+    return max(1, int(min(sizes) * 0.05 / 4))
+
+
+def setup_lines(mode: str, sizes: list[int]) -> list[str]:
     """One environment of 1 ml.g5.xlarge, a FIFO queue, one RESERVE share of limit 1."""
     from tests.integration.helpers import setup_commands
 
     items = setup_commands(QUEUE, [(SHARE, 1, "RESERVE", "DISABLED")], capacity=1)
-    return [json.dumps(command) for command, _route in items]
+    lines = [json.dumps(command) for command, _route in items]
+    # 1M queued jobs: above the default admission limit of 100k queued jobs per share
+    lines.append(json.dumps({"kind": "SetQuotaShareOptions", "jobQueue": QUEUE, "quotaShareName": SHARE,
+                             "options": {"maxQueuedJobs": 1_000_000}}))  # fmt: skip
+    if mode == "expiring":
+        lines.append(json.dumps({"kind": "SetJobQueueOptions", "jobQueue": QUEUE,
+                                 "options": {"endedJobRetentionSeconds": retention_s(sizes)}}))  # fmt: skip
+    return lines
 
 
 def job_lines(mode: str, size: str, count: int) -> Iterator[tuple[int, str]]:
     """(jobs submitted so far, line) for `count` jobs."""
     for job in range(count):
         yield job + 1, _submit(job, size)
-        if mode == "ended":
+        if mode != "queued":
             yield job + 1, _succeeded(job)
 
 
@@ -124,7 +141,7 @@ def run_series(mode: str, size: str, sizes: list[int], traced: bool) -> None:
 
         tracemalloc.start()
     state = State()
-    for _fact in replay_lines(setup_lines(), state):
+    for _fact in replay_lines(setup_lines(mode, RETENTION_SIZES or sizes), state):
         pass
     checkpoints = sorted(sizes)
     base = _sample(traced)
@@ -151,7 +168,8 @@ def run_series(mode: str, size: str, sizes: list[int], traced: bool) -> None:
 
 
 def child(mode: str, size: str, sizes: list[int], traced: bool) -> list[dict]:
-    command = [sys.executable, __file__, "--child", mode, size, ",".join(map(str, sizes))]
+    command = [sys.executable, __file__, "--child", mode, size, ",".join(map(str, sizes)),
+               "--retention-sizes", ",".join(map(str, RETENTION_SIZES or sizes))]
     done = subprocess.run(command + (["--traced"] if traced else []), capture_output=True,
                           text=True, cwd=ROOT)  # fmt: skip
     if done.returncode != 0:
@@ -180,13 +198,16 @@ def main() -> None:
     parser.add_argument("--full", action="store_true", help="add N = 1M (where memory allows)")
     parser.add_argument("--child", nargs=3, metavar=("MODE", "TAGS", "SIZES"), help=argparse.SUPPRESS)
     parser.add_argument("--traced", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--retention-sizes", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         mode, size, sizes = args.child
+        RETENTION_SIZES[:] = [int(n) for n in args.retention_sizes.split(",")]
         run_series(mode, size, [int(n) for n in sizes.split(",")], args.traced)
         return
 
     sizes = list(SIZES_SMOKE if args.smoke else SIZES_FULL if args.full else SIZES_DEFAULT)
+    RETENTION_SIZES[:] = sizes
     budget = _available_bytes() // 2
     print(f"memory_bench: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}, "
           f"MemAvailable {_mib(_available_bytes())} MiB, sizes {sizes}, "
@@ -195,11 +216,15 @@ def main() -> None:
 
     print(f"decision core: {'compiled' if decision.__file__.endswith(('.so', '.pyd')) else 'interpreted'}")
     results: dict[tuple[str, str], dict[int, dict]] = {}
+    print(f"expiring series: endedJobRetentionSeconds {retention_s(sizes)} "
+          f"(about {retention_s(sizes) / 0.05:,.0f} jobs' time)")
     for size in ("small", "max"):
-        for mode in ("queued", "ended"):
+        for mode in ("queued", "ended", "expiring"):
             # Probe the smallest size first (RSS, no tracing) to skip sizes that cannot fit.
             probe = child(mode, size, [sizes[0]], traced=False)[0]
             per_job = max(probe["bytes"], 1) / sizes[0]
+            if mode == "expiring":  # bounded by retention: the probe's total, not per job
+                per_job = max(probe["bytes"], 1) / max(sizes)
             fits = [n for n in sizes if n * per_job <= budget]
             for n in sizes:
                 if n not in fits:
@@ -230,6 +255,29 @@ def main() -> None:
                   f"| {cell(e, 'rss')} | {_mib(q['rss']) if q else '-'} / {_mib(e['rss']) if e else '-'} "
                   f"| {e['jobs'] if e else '-'} |")  # fmt: skip
     print()
+    print("| tags | N | traced B/job, retention | RSS B/job, retention | RSS growth MiB | jobs kept |")
+    print("|---|---|---|---|---|---|")
+    for size in ("small", "max"):
+        expiring = results[("expiring", size)]
+        for n in sizes:
+            x = expiring.get(n)
+            if x is None:
+                print(f"| {size} | {n:,} | skipped | skipped | - | - |")
+                continue
+            print(f"| {size} | {n:,} | {x['traced'] / n:,.0f} | {x['rss'] / n:,.0f} "
+                  f"| {_mib(x['rss'])} | {x['jobs']:,} |")  # fmt: skip
+    print()
+    for size in ("small", "max"):
+        expiring = results[("expiring", size)]
+        small, large = min(expiring), max(expiring)
+        ratio = expiring[large]["traced"] / max(expiring[small]["traced"], 1)
+        baseline = results[("ended", size)]
+        base = baseline.get(large) or baseline[max(baseline)]
+        print(f"expiring {size} tags: total bytes N={large:,} / N={small:,} = {ratio:.1f} "
+              f"(flat is ~1; linear {large / small:.0f}); {expiring[large]['jobs']:,} jobs kept at "
+              f"N={large:,}; the baseline without retention kept {base['jobs']:,} and "
+              f"{_mib(base['traced'])} MiB traced at N={max(baseline):,}")  # fmt: skip
+    print()
     for size in ("small", "max"):
         ended = results[("ended", size)]
         small, large = min(ended), max(ended)
@@ -243,8 +291,8 @@ def main() -> None:
                 print(f"  estimate {size} tags N={n:,} (not run): {_mib(n * slope)} MiB traced "
                       f"for the ended jobs alone, from the slope")  # fmt: skip
         if ended[large]["jobs"] >= large:
-            print(f"  NOT FLAT: ended jobs are never pruned (State.jobs still holds all {large:,} "
-                  "jobs), so memory grows linearly with jobs ever submitted")  # fmt: skip
+            print(f"  without retention (this series' queue keeps ended jobs 7 days) State.jobs "
+                  f"holds all {large:,} jobs: memory grows linearly with jobs ever submitted")  # fmt: skip
 
 
 if __name__ == "__main__":

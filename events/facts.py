@@ -271,6 +271,25 @@ class JobReportIgnored(Fact):
     status_reason: str
 
 
+class JobExpired(Fact):
+    """An ended job left the scheduler's state: its queue's retention
+    (`endedJobRetentionSeconds`, seven days by default) passed since it ended.  Its record
+    stays in the log and the projection; the fact repeats the job's final status, so a reader
+    of the log alone (an audit, `quotasched replay --state-out`) still knows how it ended.
+    Its id and client token may be used again afterwards."""
+
+    kind: Literal["JobExpired"] = "JobExpired"
+    job_id: str
+    job_queue: str
+    quota_share_name: str
+    status: JobStatus
+    status_reason: str | None
+    attempt: int
+    preempted_attempt_count: int
+    scheduling_priority: int
+    ended_at: float
+
+
 AnyFact = Annotated[
     CommandRejected
     | ServiceEnvironmentCreated
@@ -290,6 +309,7 @@ AnyFact = Annotated[
     | JobPreempted
     | JobStatusChanged
     | ShareBlocked
-    | JobReportIgnored,
+    | JobReportIgnored
+    | JobExpired,
     Field(discriminator="kind"),
 ]

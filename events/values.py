@@ -277,6 +277,11 @@ ADMISSION_DEFAULTS = {"max_queued_jobs": 100_000, "max_submissions_per_second": 
                       "submission_bytes_window_seconds": 60}  # fmt: skip
 """The admission limits of a share that sets none (docs/options.md, "Admission limits")."""
 
+ENDED_JOB_RETENTION_DEFAULT = 7 * 86400
+"""Seconds an ended job stays in the scheduler's state when its queue sets no retention (AWS
+Batch keeps finished jobs listable for about seven days; docs/options.md, "Retention")."""
+MAX_RETENTION_SECONDS = 366 * 86400
+
 
 class QuotaShareOptions(Wire):
     """A share's options beyond AWS Batch quota management, each off when absent (version 1).
@@ -396,6 +401,12 @@ class JobQueueOptions(Wire):
     idle_resource_assignment_strategy: IdleAssignment = IdleAssignment.FIFO
     fair_share: FairShare | None = None
     share_groups: Annotated[list[ShareGroup], Field(min_length=1, max_length=MAX_SHARES)] | None = None
+    # Retention (issue 29): how long an ended job stays in the scheduler's state, after which
+    # it is forgotten (JobExpired) and answered from the projection.  Left out, it is not off
+    # but its default (ENDED_JOB_RETENTION_DEFAULT), so memory stays bounded; written only when
+    # set, so the facts of queues that set none read as before.
+    ended_job_retention_seconds: Annotated[int, Field(ge=0, le=MAX_RETENTION_SECONDS)] | None = Field(
+        default=None, exclude_if=_unset)
 
     @model_validator(mode="after")
     def _consistent(self) -> JobQueueOptions:
@@ -437,4 +448,11 @@ class JobQueueOptions(Wire):
             cap = "".join(f", at most {item.max_capacity} {item.capacity_unit}"
                           for item in group.max_capacity or ())  # fmt: skip
             said.append(f"group {group.name} ({', '.join(group.quota_share_names)}{cap})")
+        if self.ended_job_retention_seconds is not None:
+            said.append(f"ended jobs kept {self.ended_job_retention_seconds} s")
         return ", ".join(said) or "all off"
+
+    def retention(self) -> int:
+        """Seconds an ended job stays in the scheduler's state: as set, or the default."""
+        value = self.ended_job_retention_seconds
+        return ENDED_JOB_RETENTION_DEFAULT if value is None else value

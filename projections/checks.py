@@ -22,7 +22,7 @@ KINDS = (
     "QuotaShareUpdated", "QuotaShareDeleted", "QuotaShareOptionsSet", "JobQueueOptionsSet",
     "JobSubmitted", "SubmissionDeduplicated",
     "JobPriorityUpdated", "JobDispatched", "JobPreempted", "JobStatusChanged", "ShareBlocked",
-    "JobReportIgnored",
+    "JobReportIgnored", "JobExpired",
 )  # fmt: skip
 
 # batch column -> wire field
@@ -47,6 +47,7 @@ REQUIRED = {
     "JobStatusChanged": (*_JOB, "attempt", "status", "cause"),
     "ShareBlocked": (*_JOB, *_SHARE),
     "JobReportIgnored": _JOB,
+    "JobExpired": (*_JOB, *_SHARE, "status"),  # in `facts`; the job's rows stay as they were
     "SubmissionDeduplicated": _JOB,
     "ServiceEnvironmentCreated": ("environment", "capacity_limits", "state"),
     "ServiceEnvironmentUpdated": ("environment", "capacity_limits", "state"),
@@ -70,7 +71,7 @@ def _missing_fields() -> str:
 
 _KINDS = ", ".join(f"'{kind}'" for kind in KINDS)
 _JOB_FACTS = ("'JobPriorityUpdated', 'JobDispatched', 'JobPreempted', 'JobStatusChanged', "
-              "'ShareBlocked', 'JobReportIgnored', 'SubmissionDeduplicated'")  # fmt: skip
+              "'ShareBlocked', 'JobReportIgnored', 'SubmissionDeduplicated', 'JobExpired'")  # fmt: skip
 
 _ORDERED = "ORDER BY seq, problem LIMIT 5"
 _RANGE = "seq > $lo AND seq <= $hi"

@@ -36,6 +36,8 @@ from quotasched.services.client_commands import ClientError, Decisions, as_comma
 from quotasched.services.client_loop import _Loop
 from quotasched.services.client_reads import HANDOVER_WAIT_S, RESPONDER_WAIT_S, ask, merge, queue_of  # noqa: F401
 
+FORGOTTEN_WAIT_S = 2.0  # how long a describe of an unknown job waits for the projection
+
 DEFAULT_URL = "nats://127.0.0.1:4222"
 
 
@@ -80,8 +82,26 @@ class Bus:
                      for name in answer["redirect"]]  # fmt: skip
             answer = merge(verb, [a for a in await asyncio.gather(*asked) if a is not None])
         if isinstance(answer, dict) and "error" in answer:
-            raise ClientError(answer["error"]["message"])
+            message = answer["error"]["message"]
+            if verb == "describe-service-job" and message.endswith("does not exist"):
+                kept = await self._forgotten_job(params)
+                if kept is not None:
+                    return kept
+            raise ClientError(message)
         return answer
+
+    async def _forgotten_job(self, params: dict[str, Any]) -> dict[str, Any] | None:
+        """A job the scheduler no longer holds (its queue's retention forgot it, JobExpired)
+        as the projection describes it; None when no projector answers or it does not know
+        the job either (or this connection may not ask it)."""
+        from quotasched.services.projector.client import ProjectorError
+        from quotasched.services.projector.client import request as ask_projector
+
+        try:
+            return await ask_projector(self.nc, "describe-service-job", timeout=FORGOTTEN_WAIT_S,
+                                       jobId=params.get("jobId"))  # fmt: skip
+        except (ProjectorError, OSError, ValueError):
+            return None
 
     async def _ask(self, queue: str, verb: str, params: dict, timeout: float,
                    missing_ok: bool = False) -> dict[str, Any] | None:  # fmt: skip

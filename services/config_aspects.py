@@ -56,7 +56,7 @@ def _queue_options(options: JobQueueOptions) -> tuple:
     groups = frozenset((group.name, frozenset(group.quota_share_names),
                         frozenset(_limits(group.max_capacity or ()).items()))
                        for group in options.share_groups or ())  # fmt: skip
-    return options.idle_resource_assignment_strategy, half_life, weights, groups
+    return options.idle_resource_assignment_strategy, half_life, weights, groups, options.retention()
 
 
 def _show_queue_options(options: JobQueueOptions) -> str:

@@ -6,7 +6,7 @@ import gc
 from collections.abc import Iterable, Iterator
 
 from quotasched.events.codec import encode
-from quotasched.events.facts import Fact
+from quotasched.events.facts import Fact, JobExpired
 from quotasched.services.scheduler.core import State, step_raw
 
 
@@ -28,3 +28,35 @@ def replay_file(path: str, state: State) -> Iterator[str]:
     with open(path, "rb") as handle:
         for fact in replay_lines(handle, state):
             yield encode(fact)
+
+
+class ExpiredJobs:
+    """The final records of jobs that retention forgot (JobExpired), so that `replay
+    --state-out` still lists every job the file submitted, in acceptance order, as
+    contract.md section 4 shows it.  Only the replay keeps this: the service answers such
+    jobs from the projection."""
+
+    def __init__(self) -> None:
+        self.order: dict[str, None] = {}  # every job id submitted, in acceptance order
+        self.records: dict[str, dict] = {}
+
+    def note(self, fact: Fact) -> None:
+        if isinstance(fact, JobExpired):
+            self.records[fact.job_id] = {
+                "status": fact.status.value, "quotaShareName": fact.quota_share_name,
+                "schedulingPriority": fact.scheduling_priority,
+                "preemptedAttemptCount": fact.preempted_attempt_count, "attempt": fact.attempt,
+                "statusReason": fact.status_reason,
+            }  # fmt: skip
+        else:
+            self.order.setdefault(fact.job_id, None)
+
+    def complete(self, document: dict) -> dict:
+        """`document` (state_document's) with the forgotten jobs put back; a job id used
+        again after its job was forgotten shows the newest job."""
+        if not self.records:
+            return document
+        live = document["jobs"]
+        document["jobs"] = {job_id: live.get(job_id) or self.records[job_id]
+                            for job_id in self.order if job_id in live or job_id in self.records}  # fmt: skip
+        return document

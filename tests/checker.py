@@ -141,6 +141,7 @@ class Queue:
     weights: dict[str, int] = field(default_factory=dict)  # share name -> weight (else 1)
     groups: dict[str, tuple[str, ...]] = field(default_factory=dict)  # group -> member names
     caps: dict[str, dict[str, int]] = field(default_factory=dict)  # group -> unit -> maxCapacity
+    retention: float = 7 * 86400  # endedJobRetentionSeconds (issue 29); seven days unless set
 
     def group_of(self, share: Share) -> str | None:
         return next((name for name, members in self.groups.items() if share.name in members), None)
@@ -159,6 +160,7 @@ class Job:
     attempt: int = 0
     preempted: int = 0
     dispatched_at: float | None = None
+    ended_at: float | None = None  # when it reached SUCCEEDED or FAILED
 
     def key(self) -> tuple[int, int]:
         """Order inside a share (3.3, ruling 8): higher priority, then earlier acceptance."""
@@ -259,6 +261,7 @@ class IndependentChecker:
         self.envs: dict[str, Env] = {}
         self.queues: dict[str, Queue] = {}
         self.jobs: dict[str, Job] = {}
+        self.forgotten: set[str] = set()  # ids of expired jobs: never used again
         self.accepted = 0
         self.last_seq: int | None = None
         self.last_at: float | None = None
@@ -390,6 +393,8 @@ class IndependentChecker:
         queue.caps = {group["name"]: {item["capacityUnit"]: int(item["maxCapacity"])
                                       for item in group.get("maxCapacity") or []}
                       for group in groups}  # fmt: skip
+        retention = options.get("endedJobRetentionSeconds")
+        queue.retention = 7 * 86400 if retention is None else float(retention)
         named = set(queue.weights) | {name for members in queue.groups.values() for name in members}
         missing = sorted(named - set(queue.shares))
         members = [name for group in groups for name in group["quotaShareNames"]]
@@ -410,7 +415,7 @@ class IndependentChecker:
 
     def _on_JobSubmitted(self, fact) -> None:
         job_id = fact["jobId"]
-        if job_id in self.jobs:
+        if job_id in self.jobs or job_id in self.forgotten:
             self._bad(f"job {job_id} submitted twice")
             return
         queue = self.queues.get(fact["jobQueue"])
@@ -430,6 +435,24 @@ class IndependentChecker:
         if job is None:
             self._bad(f"{fact['kind']} names an unknown job {fact['jobId']}")
         return job
+
+    def _on_JobExpired(self, fact) -> None:
+        """Retention forgets an ended job: never before its queue's retention has passed since
+        it ended, with the status it ended with; its id may then be used again."""
+        job = self._job(fact)
+        if job is None:
+            return
+        if job.status not in TERMINAL or job.ended_at is None:
+            self._bad(f"{job.id} expired while {job.status}")
+        else:
+            retention = self.queues[job.queue].retention
+            if float(fact["at"]) < job.ended_at + retention:
+                self._bad(f"{job.id} expired at {fact['at']}, before {job.ended_at} + {retention} s")
+            if fact["status"] != job.status or float(fact["endedAt"]) != job.ended_at:
+                self._bad(f"{job.id} expired as {fact['status']} ended at {fact['endedAt']}, "
+                          f"it was {job.status} since {job.ended_at}")  # fmt: skip
+        del self.jobs[job.id]
+        self.forgotten.add(job.id)
 
     def _on_SubmissionDeduplicated(self, fact) -> None:
         self._job(fact)
@@ -482,6 +505,8 @@ class IndependentChecker:
         if job.status in DISPATCHED and new not in DISPATCHED:
             self._add(job, -1)
         job.share.runnable.discard(job.id)
+        if new in TERMINAL and job.status not in TERMINAL:
+            job.ended_at = self.last_at
         job.status = new
         if new == "RUNNABLE":
             job.share.runnable.add(job.id)

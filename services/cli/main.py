@@ -16,7 +16,7 @@ from rich.table import Table
 from quotasched import examples_dir
 from quotasched.events.codec import command_schema, decode_fact, encode_bytes, fact_schema
 from quotasched.services.cli import services_cli
-from quotasched.services.replay import replay_lines
+from quotasched.services.replay import ExpiredJobs, replay_lines
 from quotasched.services.scheduler.core import State, state_document
 
 app = typer.Typer(
@@ -72,6 +72,7 @@ def replay(
     valid command becomes a CommandRejected fact.  The output is byte-identical on every run.
     """
     state = State()
+    forgotten = ExpiredJobs()  # --state-out lists every job, those retention forgot too
     handle = _open_lines(file)
     sys.stdout.flush()
     out = sys.stdout.buffer  # bytes straight from pydantic-core: no str round trip per fact
@@ -79,6 +80,8 @@ def replay(
         with handle as lines:  # a progress reader on a terminal (services/cli/progress.py)
             buffer: list[bytes] = []
             for fact in replay_lines(lines, state):
+                if state_out is not None and fact.kind in ("JobSubmitted", "JobExpired"):
+                    forgotten.note(fact)
                 buffer.append(encode_bytes(fact))
                 if len(buffer) >= 4096:
                     out.write(b"\n".join(buffer) + b"\n")
@@ -90,7 +93,7 @@ def replay(
         raise typer.Exit(2) from None
     out.flush()
     if state_out is not None:
-        state_out.write_text(json.dumps(state_document(state), indent=2) + "\n")
+        state_out.write_text(json.dumps(forgotten.complete(state_document(state)), indent=2) + "\n")
 
 
 @app.command()

@@ -39,6 +39,10 @@ def sentence(fact: F.Fact) -> str:
             return f"submission repeated: {fact.job_id} already exists"
         case F.JobReportIgnored():
             return f"report {fact.status.value} for {fact.job_id} ignored: {fact.status_reason}"
+        case F.JobExpired():
+            return (f"{fact.job_id} forgotten by the scheduler ({fact.status.value} since "
+                    f"{fact.ended_at:g} s, its queue's retention passed); the log and the "
+                    "projection keep its record")  # fmt: skip
         case F.QuotaShareCreated() | F.QuotaShareUpdated():
             sharing = fact.resource_sharing_configuration
             verb = "created" if isinstance(fact, F.QuotaShareCreated) else "updated"

@@ -39,7 +39,7 @@ class InconsistentLog(ValueError):
 
 # All a log may say about a job once it has finished: the core refuses to change it
 # (CommandRejected), ignores reports on it and recognises a repeated submission.
-_AFTER_THE_END = (F.CommandRejected, F.JobReportIgnored, F.SubmissionDeduplicated)
+_AFTER_THE_END = (F.CommandRejected, F.JobReportIgnored, F.SubmissionDeduplicated, F.JobExpired)
 
 
 class Story:

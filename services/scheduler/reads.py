@@ -1,11 +1,15 @@
 """The read side's index of jobs, so that ListServiceJobs costs its page, not the job count.
 
-The decision core keeps jobs in one dict (`State.jobs`, in acceptance order, never emptied)
-and knows nothing of reads.  This module, in the shell, indexes what never changes about a job
-(its queue, share, name and acceptance `seq`) and is caught up by the reader itself: jobs are
-only ever added to `State.jobs`, at its end, so the jobs not indexed yet are its last
-`len(jobs) - indexed`.  A job's status does change; it is read from the job itself, and the
-jobs holding capacity are found through their shares' `dispatched` maps.
+The decision core keeps jobs in one dict (`State.jobs`, in acceptance order) and knows
+nothing of reads.  This module, in the shell, indexes what never changes about a job (its
+queue, share, name and acceptance `seq`) and is caught up by the reader itself: jobs are only
+ever added to `State.jobs` at its end, with a `seq` above every other's, so the jobs not
+indexed yet are those at its end with a `seq` above the last indexed.  Jobs leave the dict
+when their queue's retention forgets them (JobExpired): their entries here go stale, are
+skipped by every walk, and are dropped by rebuilding the index once they outnumber the live
+jobs (and `COMPACT_ABOVE`), so the index holds at most about twice what the state does.  A
+job's status does change; it is read from the job itself, and the jobs holding capacity are
+found through their shares' `dispatched` maps.
 
 Invariants:
 - every list here is in ascending `seq` (newest last), so "newest first, older than a cursor"
@@ -28,6 +32,7 @@ from quotasched.services.scheduler.core.state import State
 
 SCAN_BUDGET = 2_000  # most jobs one request examines beyond its page (about 1 ms)
 INDEX_CHUNK = 500  # jobs indexed between two yields to the event loop (about 1 ms)
+COMPACT_ABOVE = 10_000  # stale entries (forgotten jobs) tolerated before a rebuild
 DISPATCHED = ("SCHEDULED", "STARTING", "RUNNING")
 LAST_CHAR = chr(0x10FFFF)
 NEVER_HELD = ("SUBMITTED", "PENDING")  # statuses no job of the state ever has
@@ -50,34 +55,60 @@ class ReadIndex:
 
     def __init__(self, state: State) -> None:
         self.state = state
-        self.jobs = state.jobs  # the dict indexed (a job is never removed from it)
-        self.indexed = 0
+        self.jobs = state.jobs  # the dict indexed
         self.queues: dict[str, QueueIndex] = {}
+        self.entries = 0  # jobs indexed, live or stale
+        # At a (re)start the dict's jobs, oldest first, indexed a chunk at a time from `at`;
+        # then jobs with a seq above `last_seq` (submitted since) from the dict's end.
+        self.backlog: list[Job] | None = list(state.jobs.values())
+        self.at = 0
+        self.last_seq = self.backlog[-1].seq if self.backlog else 0
 
     def pending(self) -> int:
-        return len(self.state.jobs) - self.indexed
+        """At most how many jobs are still to index."""
+        backlog = 0 if self.backlog is None else len(self.backlog) - self.at
+        return backlog + max(0, self.state.next_seq - 1 - self.last_seq)
+
+    def stale(self) -> int:
+        return self.entries - len(self.state.jobs)
 
     def catch_up(self, most: int | None = None) -> int:
         """Index up to `most` (None: all) of the jobs added since the last call; returns how
         many are left.  The newest come from the end of the dict, so this costs what it adds."""
-        new = self.pending()
-        if new < 0 or self.state.jobs is not self.jobs:  # not the dict indexed: start over
-            self.__init__(self.state)
-            new = self.pending()
-        if new == 0:
-            return 0
-        if new > len(self.state.jobs) // 2:  # most of it: forwards, no reversal to pay
-            added = list(islice(self.state.jobs.values(), self.indexed, None))
-        else:
-            added = list(islice(reversed(self.state.jobs.values()), new))[::-1]
-        if most is not None:
+        if self.state.jobs is not self.jobs or self.stale() > max(COMPACT_ABOVE, len(self.state.jobs)):
+            self.__init__(self.state)  # another dict, or too many forgotten jobs: start over
+        if self.backlog is not None:
+            stop = len(self.backlog) if most is None else min(len(self.backlog), self.at + most)
+            for job in self.backlog[self.at:stop]:
+                self._add(job)
+            taken, self.at = stop - self.at, stop
+            if stop < len(self.backlog):
+                return self.pending()
+            self.backlog = None
+            if most is not None:
+                most -= taken
+        added: list[Job] = []
+        for job in reversed(self.state.jobs.values()):
+            if job.seq <= self.last_seq:
+                break
+            added.append(job)
+        added.reverse()
+        if most is not None and len(added) > most:
             added = added[:most]
+            self.last_seq = added[-1].seq if added else self.last_seq
+        else:  # every job since: the newest may have been forgotten already
+            self.last_seq = self.state.next_seq - 1
         for job in added:
             self._add(job)
-        self.indexed += len(added)
         return self.pending()
 
+    def live(self, walk: Iterator[Job]) -> Iterator[Job]:
+        """The jobs of `walk` still in the state (not forgotten, nor replaced under their id)."""
+        jobs = self.state.jobs
+        return (job for job in walk if jobs.get(job.job_id) is job)
+
     def _add(self, job: Job) -> None:
+        self.entries += 1
         index = self.queues.get(job.queue)
         if index is None:
             index = self.queues[job.queue] = QueueIndex()
@@ -104,18 +135,18 @@ class ReadIndex:
             lists = self._named(index, patterns)
             if lists is None:
                 return None
-            return _newest_first_merged(lists, before_seq)
+            return self.live(_newest_first_merged(lists, before_seq))
         if status in NEVER_HELD:
             return iter(())
         if status in DISPATCHED:
             return self._dispatched(queue, shares, status, before_seq)
         if shares:
-            return _newest_first_merged([index.by_share.get(s, []) for s in shares], before_seq)
-        return _newest_first(index.jobs, before_seq)
+            return self.live(_newest_first_merged([index.by_share.get(s, []) for s in shares], before_seq))
+        return self.live(_newest_first(index.jobs, before_seq))
 
     def scan(self, queue: str, before_seq: int | None) -> Iterator[Job]:
         index = self.queues.get(queue)
-        return iter(()) if index is None else _newest_first(index.jobs, before_seq)
+        return iter(()) if index is None else self.live(_newest_first(index.jobs, before_seq))
 
     def _named(self, index: QueueIndex, patterns: list[str]) -> list[list[Job]] | None:
         keys: set[str] = set()

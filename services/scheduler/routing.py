@@ -72,6 +72,8 @@ def fact_subject_of(state: State, fact: Fact, route: tuple[str | None, str | Non
     job = state.jobs.get(job_id) if job_id is not None else None
     if job is not None:
         return fact_subject(fact.kind, job.queue, job.share)
+    if fact.kind == "JobExpired":  # the job has just left the state: the fact names its place
+        return fact_subject(fact.kind, fact.job_queue, fact.quota_share_name)
     if queue is None:
         return fact_subject(fact.kind)
     return fact_subject(fact.kind, queue, getattr(fact, "quota_share_name", None) or share)

@@ -282,7 +282,7 @@ class _Replay:
         due, attempt_of, end = jobs.due, jobs.attempt_of, jobs.end
         while due and (attempt_of[due[0][1]] != due[0][2] or end[due[0][1]] >= 0):
             heapq.heappop(due)  # the attempt was preempted: its completion never comes
-        timer = earliest_due(self.state)
+        timer = earliest_due(self.state, expiries=False)  # retention decides nothing
         if timer is not None and timer > self.state.time:
             following = min(due[0][0] if due else _NEVER,
                             submit[self.next_submit] if self.next_submit < n else _NEVER)  # fmt: skip

@@ -1127,6 +1127,9 @@ FACT_SAMPLES: list[F.Fact] = [
                                min_runtime_before_preemption_seconds=600)),
     F.JobQueueOptionsSet(at=4, command_seq=13, job_queue="q", options_version=1, options=V.JobQueueOptions(
         share_groups=[V.ShareGroup(name="dept", quota_share_names=["qs1"])])),
+    F.JobExpired(at=604820, command_seq=14, job_id="j-1", job_queue="q", quota_share_name="qs1",
+                 status=V.JobStatus.SUCCEEDED, status_reason=None, attempt=1,
+                 preempted_attempt_count=0, scheduling_priority=3, ended_at=20),
 ]  # fmt: skip
 
 FACT_KINDS = sorted(

@@ -21,3 +21,9 @@ def test_the_memory_bench_prints_its_per_job_table_in_its_smoke_size():
     for size in ("small", "max"):
         assert re.search(rf"^\| {size} \| 200 \| [\d,]+ \| -?[\d,]+ \| [\d,]+ \| -?[\d,]+ \|", out, re.M), out
         assert re.search(rf"^ended {size} tags: total ended-job bytes N=200 / N=50 = [\d.]+ ", out, re.M), out
+    # the expiring series: retention forgets ended jobs, so the state keeps only the recent
+    # ones (the smoke's retention is 1 s of logical time: 20 jobs at 0.05 s a job)
+    for size in ("small", "max"):
+        assert re.search(rf"^\| {size} \| 200 \| [\d,]+ \| -?[\d,]+ \| [\d.]+ \| 20 \|$", out, re.M), out
+        assert re.search(rf"^expiring {size} tags: .* 20 jobs kept at N=200; the baseline without "
+                         r"retention kept 200", out, re.M), out

@@ -38,7 +38,7 @@ from quotasched.services.scheduler.core.evolve import evolve
 from quotasched.services.scheduler.core.passes import schedule
 from quotasched.services.scheduler.core.round import HANDLERS, Rejected, Round
 from quotasched.services.scheduler.core.state import State
-from quotasched.services.scheduler.core.timers import fire_due
+from quotasched.services.scheduler.core.timers import expiry_due, fire_due
 
 
 FACT_BYTES_LIMIT = 1024 * 1024 - 4 * 1024
@@ -68,7 +68,7 @@ def step(state: State, command: C.Command, seq: int, stamp: float | None = None,
     # no blocked head's time limit runs out before `blocked_due`: while both are ahead, no
     # timer can be due.
     due = ((state.blocked and state.blocked_due <= at) or (state.timeouts and state.timeouts[0][0] <= at)
-           or (state.wakes and state.wakes[0][0] <= at))  # fmt: skip
+           or (state.wakes and state.wakes[0][0] <= at) or expiry_due(state, at))  # fmt: skip
     checked = size > CHECKED_ABOVE_BYTES
     mark = state.savepoint() if due or checked else None
     try:

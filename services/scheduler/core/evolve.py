@@ -248,12 +248,30 @@ def _submitted(state: State, fact: F.JobSubmitted) -> None:
     _enqueue(state, job, fact.at)
 
 
-def _ended(state: State, job) -> None:
-    """A job of the share reached a final status: one fewer queued job (limits.py)."""
+def _ended(state: State, job, at: float) -> None:
+    """A job of the share reached a final status: one fewer queued job (limits.py), and one
+    more ended job for its queue's retention to forget in time (timers.py)."""
     share = state.queues[job.queue].shares.get(job.share)
     if share is not None and share.live > 0:
         state.save(share)
         share.live -= 1
+    state.append_ended(job.queue, at, job.job_id)
+
+
+@_case(F.JobExpired)
+def _expired(state: State, fact: F.JobExpired) -> None:
+    """The job leaves the state (its record stays in the log and the projection)."""
+    ended = state.ended.get(fact.job_queue)
+    if ended and ended[0][1] == fact.job_id:  # always the front: retention forgets in end order
+        state.pop_ended(fact.job_queue)
+    job = state.jobs.get(fact.job_id)
+    if job is None:
+        return
+    state.drop(state.jobs, fact.job_id)
+    state.forget_id(fact.job_id)
+    token = job.client_token
+    if token is not None and state.client_tokens.get((job.queue, token)) == job.job_id:
+        state.drop(state.client_tokens, (job.queue, token))
 
 
 @_case(F.JobPriorityUpdated)
@@ -327,7 +345,7 @@ def _preempted(state: State, fact: F.JobPreempted) -> None:
         job.status_reason = reason
         _enqueue(state, job, fact.at)
     else:
-        _ended(state, job)
+        _ended(state, job, fact.at)
         job.status = JobStatus.FAILED
         job.status_reason = f"{reason}; preemptionRetriesBeforeTermination exhausted"
         job.stopped_at = fact.at
@@ -348,7 +366,7 @@ def _status(state: State, fact: F.JobStatusChanged) -> None:
     if fact.status.terminal:
         job.stopped_at = fact.at
         if not job.status.terminal:
-            _ended(state, job)
+            _ended(state, job, fact.at)
     job.status = fact.status
     job.status_reason = fact.status_reason
     job.is_terminated = job.is_terminated or fact.is_terminated

@@ -48,6 +48,10 @@ def _submit(round_: Round, command: C.SubmitServiceJob) -> None:
     if share.state is OnOff.DISABLED:
         raise Rejected(f"Quota share {share.name} is DISABLED and accepts no new jobs", **names)
     # An explicit jobId that exists was handled by _same_submission; a derived one is free.
+    if command.job_id is not None and state.was_forgotten(command.job_id):
+        raise Rejected(f"Job id {command.job_id} named a job that ended and was forgotten after "
+                       "its queue's retention (endedJobRetentionSeconds); a job id is never "
+                       "used twice", **names)  # fmt: skip
     job_id = command.job_id or _derived_job_id(state, command)
     usage = command.capacity_usage
     if usage is None:
@@ -86,9 +90,9 @@ def _derived_job_id(state: State, command: C.SubmitServiceJob) -> str:
     else the acceptance order and the submission itself (share, name, payload, every field but
     the clock, which the bus stamps): knowing the next sequence numbers is not enough to
     claim the ids another team's submissions will get.  An id a job already holds (someone
-    guessed it, and chose it as a jobId) is passed over for the next candidate: a submission
-    is never refused for an id it did not choose.  Each step passes a distinct existing job,
-    so there are at most len(state.jobs) steps."""
+    guessed it, and chose it as a jobId), or a forgotten job held, is passed over for the next
+    candidate: a submission is never refused for an id it did not choose.  Each step passes a
+    distinct job, so the steps are bounded by the jobs ever accepted."""
     if command.client_token:
         basis = f"token/{command.client_token}"
     else:
@@ -96,7 +100,7 @@ def _derived_job_id(state: State, command: C.SubmitServiceJob) -> str:
     name = f"{command.job_queue}/{basis}"
     job_id = str(uuid.uuid5(JOB_ID_NAMESPACE, name))
     passed = 0
-    while job_id in state.jobs:
+    while job_id in state.jobs or state.was_forgotten(job_id):
         passed += 1
         job_id = str(uuid.uuid5(JOB_ID_NAMESPACE, f"{name}/taken/{passed}"))
     return job_id

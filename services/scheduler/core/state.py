@@ -18,12 +18,24 @@ shallow save of an object's slots is enough to undo it; the large ones (heaps, `
 
 from __future__ import annotations
 
+import hashlib
 import heapq
+from array import array
+from bisect import bisect_left
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
 from quotasched.events.values import JobStatus
 from quotasched.services.scheduler.core.entities import Environment, Job, Need, Queue, Share
+
+
+FORGOTTEN_MERGE_AT = 4096
+
+
+def id_digest(job_id: str) -> int:
+    """A job id's 64-bit digest (BLAKE2b, the same on every machine)."""
+    return int.from_bytes(hashlib.blake2b(job_id.encode(), digest_size=8).digest(), "big")
 
 
 class State:
@@ -51,6 +63,17 @@ class State:
         # Never undone by a trial, so an epoch is never handed out twice: a cached admission
         # result can only match the configuration it was computed under.
         self.epochs = 0
+        # Ended jobs not yet forgotten, per job queue, in the order they ended (so in time
+        # order: facts never go back in time): (when it ended, job id).  Retention (timers.py)
+        # forgets them from the front; a job ended twice under one id (a reuse after expiry)
+        # is matched by its end time.
+        self.ended: dict[str, deque[tuple[float, str]]] = {}
+        # The ids of forgotten jobs (JobExpired), as 64-bit digests: 8 bytes a job, so a job
+        # id is never used twice (the log and the projection name each job by its id) while
+        # memory stays flat in the jobs ever submitted.  `forgotten_ids` is sorted; the
+        # newest wait in `forgotten_new` until FORGOTTEN_MERGE_AT of them are merged in.
+        self.forgotten_ids = array("Q")
+        self.forgotten_new: set[int] = set()
         self._journal: list[tuple[Any, Any]] | None = None
         self._saved: set[int] = set()
 
@@ -83,11 +106,13 @@ class State:
     # Pickled (snapshots) without the journal: a trial is never in progress in a snapshot.
     def __getstate__(self) -> tuple:
         return (self.environments, self.policies, self.queues, self.jobs, self.client_tokens,
-                self.timeouts, self.blocked, self.epochs, self.wakes, self.snapshot())  # fmt: skip
+                self.timeouts, self.blocked, self.epochs, self.wakes, self.ended,
+                self.forgotten_ids, self.forgotten_new, self.snapshot())  # fmt: skip
 
     def __setstate__(self, saved: tuple) -> None:
         (self.environments, self.policies, self.queues, self.jobs, self.client_tokens,
-         self.timeouts, self.blocked, self.epochs, self.wakes, kept) = saved  # fmt: skip
+         self.timeouts, self.blocked, self.epochs, self.wakes, self.ended, self.forgotten_ids,
+         self.forgotten_new, kept) = saved  # fmt: skip
         self.restore(kept)
         self._journal = None
         self._saved = set()
@@ -128,6 +153,45 @@ class State:
     def drop(self, mapping: dict, key: Any) -> None:
         if key in mapping:
             self.on_undo(mapping.__setitem__, key, mapping.pop(key))
+
+    def append_ended(self, queue: str, at: float, job_id: str) -> None:
+        ended = self.ended.get(queue)
+        if ended is None:
+            ended = self.ended[queue] = deque()
+            self.on_undo(self.ended.pop, queue)
+        ended.append((at, job_id))
+        self.on_undo(ended.pop)
+
+    def pop_ended(self, queue: str) -> tuple[float, str]:
+        ended = self.ended[queue]
+        entry = ended.popleft()
+        self.on_undo(ended.appendleft, entry)
+        return entry
+
+    def forget_id(self, job_id: str) -> None:
+        """Remember that `job_id` named a job that was forgotten (never to be used again)."""
+        digest = id_digest(job_id)
+        if digest in self.forgotten_new:
+            return
+        self.forgotten_new.add(digest)
+        self.on_undo(self.forgotten_new.discard, digest)
+        if len(self.forgotten_new) >= FORGOTTEN_MERGE_AT:
+            merged = array("Q", sorted((*self.forgotten_ids, *self.forgotten_new)))
+            self.on_undo(self._unmerge, self.forgotten_ids, self.forgotten_new)
+            self.forgotten_ids, self.forgotten_new = merged, set()
+
+    def _unmerge(self, ids: array, new: set[int]) -> None:
+        self.forgotten_ids, self.forgotten_new = ids, new
+
+    def was_forgotten(self, job_id: str) -> bool:
+        if not self.forgotten_new and not self.forgotten_ids:
+            return False
+        digest = id_digest(job_id)
+        if digest in self.forgotten_new:
+            return True
+        ids = self.forgotten_ids
+        at = bisect_left(ids, digest)
+        return at < len(ids) and ids[at] == digest
 
     def push(self, heap: list, entry: Any) -> None:
         # An undone push leaves an entry that no live job matches; it is skipped lazily.

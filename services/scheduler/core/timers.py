@@ -13,22 +13,30 @@ from __future__ import annotations
 from fnmatch import fnmatchcase
 
 from quotasched.events import facts as F
-from quotasched.events.values import BlockedReason, JobStatus, RetryAction, StatusCause
+from quotasched.events.values import (
+    ENDED_JOB_RETENTION_DEFAULT,
+    BlockedReason,
+    JobStatus,
+    RetryAction,
+    StatusCause,
+)
 from quotasched.services.scheduler.core.admission import blocked_reason
-from quotasched.services.scheduler.core.entities import Job
+from quotasched.services.scheduler.core.entities import Job, Queue
 from quotasched.services.scheduler.core.passes import schedule
 from quotasched.services.scheduler.core.round import Round
 from quotasched.services.scheduler.core.state import State
 
 ATTEMPT_TIMED_OUT = "Job attempt duration exceeded timeout"
+EXPIRED_PER_COMMAND = 1_000
 
 
-def earliest_due(state: State) -> float | None:
+def earliest_due(state: State, expiries: bool = True) -> float | None:
     """A lower bound of when the next timer comes due (None: no timer is pending): the first
     attempt timeout on the heap (an entry of an ended attempt may stand before it) and the
     blocked heads' bound.  Read-only.  The service publishes a Tick only once this has
     passed, so a quiet service writes nothing (timers fire before any next command anyway,
-    ruling 13); a Tick that finds the bound early fires nothing and moves it."""
+    ruling 13); a Tick that finds the bound early fires nothing and moves it.  `expiries`:
+    count retention too (the simulator leaves it out: forgetting a job decides nothing)."""
     due: float | None = None
     if state.timeouts:
         due = state.timeouts[0][0]
@@ -36,7 +44,65 @@ def earliest_due(state: State) -> float | None:
         due = state.blocked_due
     if state.wakes and (due is None or state.wakes[0][0] < due):
         due = state.wakes[0][0]
+    expiry = _next_expiry(state) if expiries else None
+    if expiry is not None and (due is None or expiry < due):
+        due = expiry
     return due
+
+
+def retention(queue: Queue | None) -> int:
+    """Seconds an ended job of `queue` stays in the state (its option, or the default)."""
+    if queue is None or queue.options is None:
+        return ENDED_JOB_RETENTION_DEFAULT
+    return queue.options.options.retention()
+
+
+def _next_expiry(state: State) -> float | None:
+    """When the first ended job of any queue is to be forgotten (None: no ended job)."""
+    first: float | None = None
+    for name, ended in state.ended.items():
+        if ended:
+            when = ended[0][0] + retention(state.queues.get(name))
+            if first is None or when < first:
+                first = when
+    return first
+
+
+def expiry_due(state: State, at: float) -> bool:
+    """Is an ended job to be forgotten by `at`?"""
+    if not state.ended:
+        return False
+    first = _next_expiry(state)
+    return first is not None and first <= at
+
+
+def expire(round_: Round, until: float) -> None:
+    """Forget the ended jobs whose queue's retention has passed by `until`: a JobExpired each
+    (at `until`, the moment the scheduler noticed; retention is a minimum), queue by queue in
+    creation order, each queue's in the order they ended, at most `EXPIRED_PER_COMMAND` per
+    command so that no command's facts grow with the backlog (the rest go with the next
+    command or Tick, which `earliest_due` asks for at once)."""
+    state = round_.state
+    if not state.ended:
+        return
+    left = EXPIRED_PER_COMMAND
+    for name, queue in state.queues.items():
+        ended = state.ended.get(name)
+        keep = retention(queue)
+        while ended and left > 0 and ended[0][0] + keep <= until:
+            ended_at, job_id = ended[0]
+            job = state.jobs.get(job_id)
+            if job is None or not job.status.terminal:  # never expected: drop the entry alone
+                state.pop_ended(name)
+                continue
+            round_.at = max(until, state.time)
+            round_.emit(F.JobExpired(
+                at=round_.at, command_seq=round_.seq, job_id=job_id, job_queue=name,
+                quota_share_name=job.share, status=job.status, status_reason=job.status_reason,
+                attempt=job.attempt, preempted_attempt_count=job.preempted_count,
+                scheduling_priority=job.priority, ended_at=ended_at,
+            ))  # fmt: skip
+            left -= 1
 
 
 def fire_due(round_: Round, until: float) -> None:
@@ -48,6 +114,7 @@ def fire_due(round_: Round, until: float) -> None:
             _wake(round_, wake)
             continue
         if due is None:
+            expire(round_, until)
             return
         deadline, job, reason = due
         round_.at = max(deadline, state.time)
