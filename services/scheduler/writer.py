@@ -29,6 +29,7 @@ logged in full ("command rejected"), the rest summed up in one "commands rejecte
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -52,6 +53,22 @@ from quotasched.services.scheduler.core import catch_up_clock
 from quotasched.services.scheduler.log import capture_snapshot, save_snapshot, sequence_and_time
 from quotasched.services.scheduler.refusals import RefusalLog, refuse_message
 from quotasched.services.scheduler.routing import decide_message, fact_subject_of
+
+FREEZE_EVERY = 4096  # decided commands between two gc.freeze() calls
+
+
+def freeze_now(before: int, after: int) -> bool:
+    """Freeze what the process holds whenever the decided commands pass a multiple of
+    FREEZE_EVERY.  The state is many long-lived objects (jobs, their tags, the read index):
+    left in the collector's oldest generation, every full collection rescans them all, a pause
+    of tens of ms that whichever decision is waiting pays (read_pressure_bench: p99 under
+    reads 76-83 ms without, 16-19 ms with).  Frozen objects are still freed when their last
+    reference goes (a job retention forgets); the core's objects hold no cycles (jobs name
+    their queue and share, they do not point at them), so nothing of it is kept for good."""
+    if after // FREEZE_EVERY == before // FREEZE_EVERY:
+        return False
+    gc.freeze()
+    return True
 
 log = logs.get("quotasched.scheduler")
 
@@ -243,7 +260,9 @@ class Writer:
                 recovered.last_refused = rejected = first.kind == "CommandRejected"
                 if rejected:
                     refusals.rejected(seq, subject, queue, share, first)
+        before = self.commands_decided
         self.commands_decided += len(batch)
+        freeze_now(before, self.commands_decided)
         return out, decided
 
     def _fits_below(self) -> int:
