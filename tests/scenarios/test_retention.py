@@ -112,10 +112,27 @@ def test_forgotten_ids_survive_a_merge_and_a_snapshot():
         commands += [submit(f"m{index}", 1 + index), succeed(f"m{index}", 1 + index)]
     state, facts = run([*commands, tick(count + 10)])
     assert len(kinds(facts, "JobExpired")) == count
-    assert len(state.forgotten_ids) >= FORGOTTEN_MERGE_AT  # merged into the sorted array
+    assert sum(map(len, state.forgotten_ids)) >= FORGOTTEN_MERGE_AT  # in the sorted arrays
     restored = pickle.loads(pickle.dumps(state))
     assert all(restored.was_forgotten(f"m{index}") for index in range(count))
     assert not restored.was_forgotten("m-new")
+
+
+def test_forgotten_id_arrays_merge_by_like_sizes_and_an_undone_merge_restores_them():
+    state = State()
+    for index in range(5 * FORGOTTEN_MERGE_AT):
+        state.forget_id(f"x{index}")
+    sizes = [len(ids) for ids in state.forgotten_ids]
+    assert sizes == [4 * FORGOTTEN_MERGE_AT, FORGOTTEN_MERGE_AT]  # 4 merged, the 5th alone
+    assert all(list(ids) == sorted(ids) for ids in state.forgotten_ids)
+    for index in range(FORGOTTEN_MERGE_AT - 1):
+        state.forget_id(f"y{index}")
+    with state.trial():  # the digest that completes a level, then the trial is undone
+        state.forget_id("z")
+        assert [len(ids) for ids in state.forgotten_ids] == [4 * FORGOTTEN_MERGE_AT, 2 * FORGOTTEN_MERGE_AT]
+        assert state.was_forgotten("z") and state.was_forgotten("x0")
+    assert [len(ids) for ids in state.forgotten_ids] == sizes
+    assert not state.was_forgotten("z") and state.was_forgotten("y0") and state.was_forgotten("x0")
 
 
 def test_the_read_index_skips_forgotten_jobs_and_compacts():

@@ -70,9 +70,11 @@ class State:
         self.ended: dict[str, deque[tuple[float, str]]] = {}
         # The ids of forgotten jobs (JobExpired), as 64-bit digests: 8 bytes a job, so a job
         # id is never used twice (the log and the projection name each job by its id) while
-        # memory stays flat in the jobs ever submitted.  `forgotten_ids` is sorted; the
-        # newest wait in `forgotten_new` until FORGOTTEN_MERGE_AT of them are merged in.
-        self.forgotten_ids = array("Q")
+        # memory stays flat in the jobs ever submitted.  The newest wait in `forgotten_new`;
+        # every FORGOTTEN_MERGE_AT of them become a sorted array in `forgotten_ids`, whose
+        # arrays (largest first) are merged two by two when of like size, so each digest is
+        # merged about log2(N / FORGOTTEN_MERGE_AT) times and a lookup bisects that many.
+        self.forgotten_ids: list[array] = []
         self.forgotten_new: set[int] = set()
         self._journal: list[tuple[Any, Any]] | None = None
         self._saved: set[int] = set()
@@ -176,11 +178,14 @@ class State:
         self.forgotten_new.add(digest)
         self.on_undo(self.forgotten_new.discard, digest)
         if len(self.forgotten_new) >= FORGOTTEN_MERGE_AT:
-            merged = array("Q", sorted((*self.forgotten_ids, *self.forgotten_new)))
+            levels = [*self.forgotten_ids, array("Q", sorted(self.forgotten_new))]
+            while len(levels) > 1 and len(levels[-2]) <= len(levels[-1]):
+                last = levels.pop()
+                levels[-1] = array("Q", sorted((*levels[-1], *last)))
             self.on_undo(self._unmerge, self.forgotten_ids, self.forgotten_new)
-            self.forgotten_ids, self.forgotten_new = merged, set()
+            self.forgotten_ids, self.forgotten_new = levels, set()
 
-    def _unmerge(self, ids: array, new: set[int]) -> None:
+    def _unmerge(self, ids: list[array], new: set[int]) -> None:
         self.forgotten_ids, self.forgotten_new = ids, new
 
     def was_forgotten(self, job_id: str) -> bool:
@@ -189,9 +194,11 @@ class State:
         digest = id_digest(job_id)
         if digest in self.forgotten_new:
             return True
-        ids = self.forgotten_ids
-        at = bisect_left(ids, digest)
-        return at < len(ids) and ids[at] == digest
+        for ids in self.forgotten_ids:
+            at = bisect_left(ids, digest)
+            if at < len(ids) and ids[at] == digest:
+                return True
+        return False
 
     def push(self, heap: list, entry: Any) -> None:
         # An undone push leaves an entry that no live job matches; it is skipped lazily.
