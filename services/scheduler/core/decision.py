@@ -38,7 +38,7 @@ from quotasched.services.scheduler.core.evolve import evolve
 from quotasched.services.scheduler.core.passes import schedule
 from quotasched.services.scheduler.core.round import HANDLERS, Rejected, Round
 from quotasched.services.scheduler.core.state import State
-from quotasched.services.scheduler.core.timers import expiry_due, fire_due
+from quotasched.services.scheduler.core.timers import fire_due
 
 
 FACT_BYTES_LIMIT = 1024 * 1024 - 4 * 1024
@@ -65,10 +65,10 @@ def step(state: State, command: C.Command, seq: int, stamp: float | None = None,
     at = state.time if at is None else max(at, state.time)
     round_ = Round(state, seq, at, size)
     # Every attempt deadline in the heap, stale entries included, is at least its top's, and
-    # no blocked head's time limit runs out before `blocked_due`: while both are ahead, no
-    # timer can be due.
+    # no blocked head's time limit runs out before `blocked_due`, no ended job is forgotten
+    # before `expiry_due`: while all are ahead, no timer can be due.
     due = ((state.blocked and state.blocked_due <= at) or (state.timeouts and state.timeouts[0][0] <= at)
-           or (state.wakes and state.wakes[0][0] <= at) or expiry_due(state, at))  # fmt: skip
+           or (state.wakes and state.wakes[0][0] <= at) or state.expiry_due <= at)  # fmt: skip
     checked = size > CHECKED_ABOVE_BYTES
     mark = state.savepoint() if due or checked else None
     try:

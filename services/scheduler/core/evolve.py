@@ -15,7 +15,7 @@ import json
 from collections.abc import Callable
 
 from quotasched.events import facts as F
-from quotasched.events.values import JobStatus, PreemptionOutcome, StatusCause
+from quotasched.events.values import ENDED_JOB_RETENTION_DEFAULT, JobStatus, PreemptionOutcome, StatusCause
 from quotasched.services.scheduler.core import limits
 from quotasched.services.scheduler.core.accounting import add_usage, recompute_totals
 from quotasched.services.scheduler.core.fairshare import accrue, fresh
@@ -169,6 +169,7 @@ def _queue_options(state: State, fact: F.JobQueueOptionsSet) -> None:
     queue.half_life = half_life
     _derive_queue_options(queue, options)
     queue.options = fact
+    reset_expiry_due(state)  # a retention changed applies to the jobs already ended too
     state.new_epoch(queue)  # a group's limit decides whether a job can ever fit (admission)
     state.mark_dirty(queue)  # a group limit lifted may let a waiting borrower through
 
@@ -256,6 +257,28 @@ def _ended(state: State, job, at: float) -> None:
         state.save(share)
         share.live -= 1
     state.append_ended(job.queue, at, job.job_id)
+    when = at + retention(state.queues[job.queue])
+    if when < state.expiry_due:
+        state.save(state)
+        state.expiry_due = when
+
+
+def retention(queue: Queue | None) -> int:
+    """Seconds an ended job of `queue` stays in the state (its option, or the default)."""
+    if queue is None or queue.options is None:
+        return ENDED_JOB_RETENTION_DEFAULT
+    return queue.options.options.retention()
+
+
+def reset_expiry_due(state: State) -> None:
+    """`expiry_due` exactly: the first ended job of any queue plus its queue's retention."""
+    first = float("inf")
+    for name, ended in state.ended.items():
+        if ended:
+            first = min(first, ended[0][0] + retention(state.queues.get(name)))
+    if first != state.expiry_due:
+        state.save(state)
+        state.expiry_due = first
 
 
 @_case(F.JobExpired)

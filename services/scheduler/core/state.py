@@ -65,9 +65,11 @@ class State:
         self.epochs = 0
         # Ended jobs not yet forgotten, per job queue, in the order they ended (so in time
         # order: facts never go back in time): (when it ended, job id).  Retention (timers.py)
-        # forgets them from the front; a job ended twice under one id (a reuse after expiry)
-        # is matched by its end time.
+        # forgets them from the front.
         self.ended: dict[str, deque[tuple[float, str]]] = {}
+        # No ended job is to be forgotten before this (a lower bound, kept by evolve and the
+        # timers, as `blocked_due` is): while it is ahead, no command looks at `ended`.
+        self.expiry_due = float("inf")
         # The ids of forgotten jobs (JobExpired), as 64-bit digests: 8 bytes a job, so a job
         # id is never used twice (the log and the projection name each job by its id) while
         # memory stays flat in the jobs ever submitted.  The newest wait in `forgotten_new`;
@@ -100,10 +102,10 @@ class State:
             self._journal.append((undo, args))
 
     def snapshot(self) -> tuple:
-        return (self.time, self.next_seq, self.next_dispatch, self.blocked_due)
+        return (self.time, self.next_seq, self.next_dispatch, self.blocked_due, self.expiry_due)
 
     def restore(self, saved: tuple) -> None:
-        self.time, self.next_seq, self.next_dispatch, self.blocked_due = saved
+        self.time, self.next_seq, self.next_dispatch, self.blocked_due, self.expiry_due = saved
 
     # Pickled (snapshots) without the journal: a trial is never in progress in a snapshot.
     def __getstate__(self) -> tuple:

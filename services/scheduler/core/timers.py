@@ -14,14 +14,14 @@ from fnmatch import fnmatchcase
 
 from quotasched.events import facts as F
 from quotasched.events.values import (
-    ENDED_JOB_RETENTION_DEFAULT,
     BlockedReason,
     JobStatus,
     RetryAction,
     StatusCause,
 )
 from quotasched.services.scheduler.core.admission import blocked_reason
-from quotasched.services.scheduler.core.entities import Job, Queue
+from quotasched.services.scheduler.core.entities import Job
+from quotasched.services.scheduler.core.evolve import reset_expiry_due, retention
 from quotasched.services.scheduler.core.passes import schedule
 from quotasched.services.scheduler.core.round import Round
 from quotasched.services.scheduler.core.state import State
@@ -44,36 +44,9 @@ def earliest_due(state: State, expiries: bool = True) -> float | None:
         due = state.blocked_due
     if state.wakes and (due is None or state.wakes[0][0] < due):
         due = state.wakes[0][0]
-    expiry = _next_expiry(state) if expiries else None
-    if expiry is not None and (due is None or expiry < due):
-        due = expiry
+    if expiries and state.expiry_due != float("inf") and (due is None or state.expiry_due < due):
+        due = state.expiry_due
     return due
-
-
-def retention(queue: Queue | None) -> int:
-    """Seconds an ended job of `queue` stays in the state (its option, or the default)."""
-    if queue is None or queue.options is None:
-        return ENDED_JOB_RETENTION_DEFAULT
-    return queue.options.options.retention()
-
-
-def _next_expiry(state: State) -> float | None:
-    """When the first ended job of any queue is to be forgotten (None: no ended job)."""
-    first: float | None = None
-    for name, ended in state.ended.items():
-        if ended:
-            when = ended[0][0] + retention(state.queues.get(name))
-            if first is None or when < first:
-                first = when
-    return first
-
-
-def expiry_due(state: State, at: float) -> bool:
-    """Is an ended job to be forgotten by `at`?"""
-    if not state.ended:
-        return False
-    first = _next_expiry(state)
-    return first is not None and first <= at
 
 
 def expire(round_: Round, until: float) -> None:
@@ -83,7 +56,7 @@ def expire(round_: Round, until: float) -> None:
     command so that no command's facts grow with the backlog (the rest go with the next
     command or Tick, which `earliest_due` asks for at once)."""
     state = round_.state
-    if not state.ended:
+    if state.expiry_due > until:
         return
     left = EXPIRED_PER_COMMAND
     for name, queue in state.queues.items():
@@ -91,10 +64,7 @@ def expire(round_: Round, until: float) -> None:
         keep = retention(queue)
         while ended and left > 0 and ended[0][0] + keep <= until:
             ended_at, job_id = ended[0]
-            job = state.jobs.get(job_id)
-            if job is None or not job.status.terminal:  # never expected: drop the entry alone
-                state.pop_ended(name)
-                continue
+            job = state.jobs[job_id]  # ended and not forgotten: still in the state
             round_.at = max(until, state.time)
             round_.emit(F.JobExpired(
                 at=round_.at, command_seq=round_.seq, job_id=job_id, job_queue=name,
@@ -103,6 +73,7 @@ def expire(round_: Round, until: float) -> None:
                 scheduling_priority=job.priority, ended_at=ended_at,
             ))  # fmt: skip
             left -= 1
+    reset_expiry_due(state)  # the bound was a lower one; now exact (still due: the cap)
 
 
 def fire_due(round_: Round, until: float) -> None:
