@@ -280,11 +280,22 @@ _reflow_all(app)
 def main() -> None:
     from quotasched.services.logs import LogSettingError
 
+    dump_stacks_on_sigusr1()
     try:
         app()
     except LogSettingError as error:  # a bad QUOTASCHED_LOG_LEVEL / _FORMAT: one line, exit 2
         typer.echo(f"quotasched: {error}", err=True)
         raise SystemExit(2) from None
+
+
+def dump_stacks_on_sigusr1() -> None:
+    """`kill -USR1 <pid>` writes every thread's stack to stderr: how a stuck process (a stop
+    that does not end, a loop that no longer decides) is diagnosed without stopping it."""
+    import faulthandler
+    import signal
+
+    if hasattr(signal, "SIGUSR1"):
+        faulthandler.register(signal.SIGUSR1, all_threads=True, chain=False)
 
 
 if __name__ == "__main__":

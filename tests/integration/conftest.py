@@ -42,12 +42,19 @@ class Process:
         self.signal(signal.SIGKILL)
         self.popen.wait()
 
-    def stop(self, timeout: float = 15.0) -> int:
+    def stop(self, timeout: float = 30.0) -> int:
+        """SIGTERM to the group; -9 when it had to be killed after `timeout` s.  Before the
+        kill, the process writes every thread's stack (SIGUSR1, cli/main.py) and the end of
+        its output is printed: pytest shows it with the failure that a -9 causes."""
         self.signal(signal.SIGTERM)
         try:
             return self.popen.wait(timeout)
         except subprocess.TimeoutExpired:
+            self.popen.send_signal(signal.SIGUSR1)
+            time.sleep(2)
             self.kill()
+            tail = "\n".join(self.output().splitlines()[-150:])
+            print(f"{self.args} did not stop {timeout:g} s after SIGTERM; its output ends:\n{tail}")
             return -9
         finally:
             self.log.close()

@@ -432,3 +432,21 @@ async def test_up_on_a_store_whose_first_facts_were_purged_refuses_to_start_nami
     assert last_line.startswith(f"quotasched up: the fact log {FACTS_STREAM} begins at sequence "
                                 f"{end - 1}: "), detail  # fmt: skip
     assert "restore" in last_line, detail
+
+
+async def test_sigusr1_writes_every_threads_stack_and_up_runs_on(tmp_path, ups):
+    """`kill -USR1 <pid>` (docs/operations.md): the stacks of every thread on stderr (the
+    projector has a thread of its own), and `up` goes on deciding, then stops cleanly."""
+    data_dir, port = tmp_path / "data", free_port()
+    first = ups(data_dir, port)
+    url = await announced(first, port)
+    first.popen.send_signal(signal.SIGUSR1)
+
+    async def dumped():
+        out = first.output()  # faulthandler: one "(most recent call first)" per thread
+        return "Current thread" in out and out.count("most recent call first") >= 2
+
+    await eventually(dumped, 20, what="the stacks written after SIGUSR1")
+    seqs = await decide(url, setup_commands("gu"))
+    assert seqs
+    assert first.stop() == 0
