@@ -48,7 +48,7 @@ class Stack:
                  executor_job_queue: str | None = None,
                  data_lock: DataDirLock | None = None,
                  aws_port: int | None = None, agent=None,
-                 web_port: int | None = None):  # fmt: skip
+                 web_port: int | None = None, stop_jobs: bool = False):  # fmt: skip
         """`projector_db`: run a projector writing that DuckDB file.  If it stops on a fact it
         cannot apply, the rest of the stack runs on (the projection is disposable; the
         scheduler does not depend on it) and `failed` holds the error, unless
@@ -57,7 +57,9 @@ class Stack:
         so the store stays locked while the server lives.  `aws_port`: serve the AWS Batch
         endpoint on loopback at that port (0: a free one; None: not at all); `web_port`, the
         live web view (services/web) likewise.  `agent`: the
-        GPU agent's options (services/executors/agent.py), with executor "agent"."""
+        GPU agent's options (services/executors/agent.py), with executor "agent".
+        `stop_jobs`: stopping the stack stops the running attempts and reports them FAILED
+        (by default the executors that can leave them running for the next start to follow)."""
         self.settings = settings
         self.port = port
         self.executor_kind = executor
@@ -67,6 +69,7 @@ class Stack:
         self.agent = agent  # AgentOptions, when the executor is the GPU agent
         self.data_lock = data_lock
         self.speed = speed
+        self.stop_jobs = stop_jobs
         self.with_scheduler = scheduler
         self.url = settings.nats_url
         self.server: EmbeddedServer | None = None
@@ -123,6 +126,7 @@ class Stack:
                                           state_dir=self.executor_state_dir,
                                           job_queue=self.executor_job_queue)  # fmt: skip
             executor.pass_env = self.settings.pass_env  # what a job also gets (jobenv.py)
+            executor.stop_jobs = self.stop_jobs
             if self.settings.run_as is not None:
                 self._run_jobs_as(executor)
             await catch_up(nc.jetstream(), executor, on_fatal=self._executor_lost)
@@ -312,7 +316,7 @@ class Stack:
 async def serve(settings: Settings, *, port: int | None, executor: str, speed: float,
                 announce: Callable[[str], None], projector_db: str | None = None,
                 data_lock: DataDirLock | None = None, aws_port: int | None = None,
-                agent=None, web_port: int | None = None) -> int:  # fmt: skip
+                agent=None, web_port: int | None = None, stop_jobs: bool = False) -> int:  # fmt: skip
     """Run until SIGINT/SIGTERM; the first thing announced is the NATS URL, then (with
     `aws_port`) `AWS_ENDPOINT_URL_BATCH=<the AWS Batch endpoint's URL>`, then (with `web_port`)
     `WEB=<the live web view's URL>`.  Returns the exit
@@ -323,7 +327,7 @@ async def serve(settings: Settings, *, port: int | None, executor: str, speed: f
     async with Stack(settings, port=port, executor=executor, speed=speed,
                      projector_db=projector_db, executor_state_dir=settings.data_dir,
                      data_lock=data_lock, aws_port=aws_port, agent=agent,
-                     web_port=web_port) as stack:  # fmt: skip
+                     web_port=web_port, stop_jobs=stop_jobs) as stack:  # fmt: skip
         stop_on_signals(stack.stop)  # before the announcement: a SIGTERM after it stops cleanly
         announce(stack.url)
         if stack.endpoint is not None:

@@ -140,6 +140,12 @@ def check_attempt_file(verb: str, path: Path) -> None:
         raise typer.Exit(2) from None
 
 
+StopJobs = Annotated[bool, typer.Option(
+    "--stop-jobs", help="On a shutdown, stop the jobs this executor runs and report them FAILED. "
+                        "Default: the process and simulated executors leave them running, and "
+                        "the next start on the same state follows them to their end.")]
+
+
 def up(
     nats_url: NatsUrl = None,
     data_dir: Annotated[Path, typer.Option("--data-dir", help="Where the embedded server keeps its streams.")] = Path(".quotasched"),
@@ -162,6 +168,7 @@ def up(
     service_environment: Annotated[Optional[str], typer.Option("--service-environment", help="--executor agent: the service environment whose capacity the GPUs are.", show_default=False)] = None,
     pass_env: PassEnv = None,
     run_as: RunAs = None,
+    stop_jobs: StopJobs = False,
 ) -> None:
     """Start everything: nats-server (unless --nats-url), the scheduler, the projector and an
     executor.
@@ -170,7 +177,9 @@ def up(
     `AWS_ENDPOINT_URL_BATCH=http://127.0.0.1:PORT`, the AWS Batch endpoint for the real AWS CLI
     and boto3 (unless --aws-port off); the third, `WEB=http://127.0.0.1:PORT`, the live web view
     (unless --web-port off).  Ctrl-C stops it
-    all cleanly; starting again on the same --data-dir resumes where it stopped.  The projector
+    all cleanly, except the running jobs of the process and simulated executors, which run on
+    (--stop-jobs stops them too); starting again on the same --data-dir resumes where it
+    stopped and follows those jobs to their end.  The projector
     keeps --db up to date with the fact log and answers queries over NATS (qm.proj.*); while it
     runs, no other process can open that file.
 
@@ -230,7 +239,7 @@ def up(
                                      announce=lambda url: print(url, flush=True),
                                      projector_db=projector_db, data_lock=held,
                                      aws_port=endpoint_port, agent=agent,
-                                     web_port=view_port))  # fmt: skip
+                                     web_port=view_port, stop_jobs=stop_jobs))  # fmt: skip
         except ServerStartError as error:
             _refuse(error)
         except (EndpointError, WebError) as error:
@@ -349,20 +358,24 @@ def executor_command(
                             "queue to spread the work.", show_default=False)] = None,
     state_dir: Annotated[Path, typer.Option(
         "--state-dir", envvar="QUOTASCHED_EXECUTOR_STATE_DIR",
-        help="Where the executor keeps the attempts it runs (executor-NAME.json), so that "
-             "after a crash the next start stops their processes and reports them FAILED.")
+        help="Where the executor keeps the attempts it runs (executor-NAME.json) and their "
+             "exit statuses, so that the next start follows them to their end.")
     ] = Path(".quotasched"),
     require_containment: RequireContainment = False,
     pass_env: PassEnv = None,
     run_as: RunAs = None,
     work_dir: WorkDir = None,
+    stop_jobs: StopJobs = False,
 ) -> None:
     """Run an executor: it starts dispatched jobs and reports their status.
 
-    On a shutdown (SIGTERM, Ctrl-C) it stops the attempts it runs and reports them FAILED, so
-    the scheduler frees their capacity and each job's retryStrategy decides what happens next.
-    After a crash (SIGKILL, a lost host) the next executor started with the same --name and
-    --state-dir does the same for the attempts the crashed one was running.
+    Stopping it does not stop its jobs (process and simulated kinds): on a shutdown
+    (SIGTERM, Ctrl-C) or a crash (SIGKILL) the attempts it runs keep running, and the next
+    executor started with the same --name and --state-dir follows each to its end and reports
+    how it ended (one that ended meanwhile, from its exit status).  With --stop-jobs, and for
+    the sagemaker kind, a shutdown stops them and reports them FAILED, so the scheduler frees
+    their capacity and each job's retryStrategy decides what happens next; the next start
+    does the same for what a crashed one left.
     """
     import asyncio
 
@@ -397,7 +410,7 @@ def executor_command(
                          executor=kind, speed=speed,
                          scheduler=False,
                          executor_name=name, executor_state_dir=str(state_dir),
-                         executor_job_queue=job_queue) as stack:
+                         executor_job_queue=job_queue, stop_jobs=stop_jobs) as stack:
             stop_on_signals(stack.stop)
             await stack.stop.wait()
         return stack.failed  # its consumer lost for good (services/executors/watch.py)

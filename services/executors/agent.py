@@ -111,6 +111,9 @@ class AgentOptions:
 
 class GpuAgent(ProcessExecutor):
     name = "agent"
+    # Not yet: the fleet's keeper and the GPUs an attempt holds are not carried across a
+    # restart, so a shutdown stops its attempts and reports them FAILED (base.Executor.close).
+    follows_across_restarts = False
 
     def __init__(self, publish: Publish, options: AgentOptions, fleet: Fleet,
                  ledger: Ledger | None = None, state_dir: str | None = None):  # fmt: skip
@@ -318,8 +321,9 @@ class GpuAgent(ProcessExecutor):
             return None
         return self.job_user
 
-    def note(self, attempt: Attempt, pid: int | None = None, pid_started: str | None = None) -> None:
-        super().note(attempt, pid, pid_started)
+    def note(self, attempt: Attempt, pid: int | None = None, pid_started: str | None = None,
+             exit_file: str | None = None) -> None:  # fmt: skip
+        super().note(attempt, pid, pid_started, exit_file)
         if pid is not None:
             self.record("start", attempt, gpus=self.gpus_of(attempt), pid=pid)
 

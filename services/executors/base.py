@@ -10,11 +10,17 @@ Every report is a `ReportJobStatus` command carrying the attempt number, publish
 job's own subject.  An attempt is started at most once: the (job, attempt) pairs ever started
 are remembered, so a redelivered dispatch is ignored.
 
-With a `Ledger` (ledger.py) the attempts being run are also kept in a file.  A shutdown reports
-the attempts it interrupts FAILED; whatever an executor that stopped without reporting (killed)
-left in the file, the next one reports FAILED when it starts (`recover`), after stopping the
-attempt's process if it outlived the executor.  A report about an attempt that had already
-ended is ignored by the scheduler (JobReportIgnored), so these reports are always safe.
+With a `Ledger` (ledger.py) the attempts being run are also kept in a file, and stopping the
+executor is not stopping its jobs.  An executor that can follow its attempts across a restart
+(`follows_across_restarts`: the process and simulated executors) leaves them running when it
+is shut down, says how many in one line, and the next one started on the same ledger
+(`recover`) follows each again: a process still running is watched to its end, one that ended
+meanwhile is reported as it ended (its exit status file), and only an attempt gone without a
+trace is reported FAILED.  `stop_jobs` (`--stop-jobs`) makes a shutdown stop and report them
+FAILED instead.  The other executors (SageMaker, the GPU agent) still report FAILED what a
+shutdown interrupts, and the next start stops what a killed one left and reports it FAILED.
+A report about an attempt that had already ended is ignored by the scheduler
+(JobReportIgnored), so these reports are always safe.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from quotasched.events.subjects import FACTS_PREFIX, command_subject
@@ -35,6 +41,8 @@ Publish = Callable[[str, bytes], Awaitable[Any]]
 
 LOST = "Executor restarted: the attempt was lost when the previous executor stopped"
 SHUT_DOWN = "Executor shut down while the attempt was running"
+VANISHED = ("Executor restarted: the attempt's process had ended, leaving no exit status, "
+            "while no executor followed it")
 
 
 def consumer_name(kind: str, name: str | None = None, job_queue: str | None = None) -> str:
@@ -64,6 +72,9 @@ class Attempt:
     task: asyncio.Task | None = None
     stopped: asyncio.Event = field(default_factory=asyncio.Event)
     shutdown: bool = False  # interrupted by the executor's own shutdown, not by the scheduler
+    detached: bool = False  # left running by a shutdown, for the next start to follow
+    dispatched_at: float | None = None  # the JobDispatched fact's `at`
+    adopted: Entry | None = None  # what a previous executor left of it (`recover`)
 
 
 class Executor:
@@ -75,6 +86,9 @@ class Executor:
     # simulation).  True: `execute` reports them itself, when its backend says so (a local
     # process is RUNNING once spawned; a SageMaker training job once it trains).
     reports_progress = False
+    # True: a shutdown leaves the attempts running (unless `stop_jobs`) and the next start
+    # follows them (`adopt`).  False: a shutdown stops them and reports them FAILED.
+    follows_across_restarts = False
 
     def __init__(self, publish: Publish, ledger: Ledger | None = None):
         self.publish = publish
@@ -86,10 +100,18 @@ class Executor:
         self.watch: Any = None  # the watch on its consumer (watch.ConsumerWatch), once started
         self.handled_seq = 0  # the stream sequence of the last fact it handled (app.on_fact)
         self.started: set[tuple[str, int]] = set()
+        self.stop_jobs = False  # `--stop-jobs`: a shutdown stops the attempts (set at start)
         # Left running by the previous executor: never started again (a dispatch it had not
-        # acked is delivered again), reported FAILED by `recover`.
+        # acked is delivered again), followed or reported FAILED by `recover`.
         self.lost: list[Entry] = list(ledger.entries.values()) if ledger is not None else []
         self.started.update((entry.job_id, entry.attempt) for entry in self.lost)
+        # Until `recover` has taken each over: a stop the scheduler sends meanwhile (a
+        # preemption while no executor ran) is kept for it, a preemptor waits for it.
+        self.pending: set[tuple[str, int]] = {(e.job_id, e.attempt) for e in self.lost}
+        self.stop_requested: set[tuple[str, int]] = set()
+        self.recovered = asyncio.Event()
+        if not self.pending:
+            self.recovered.set()
 
     async def on_fact(self, fact: dict[str, Any]) -> None:
         kind = fact.get("kind")
@@ -120,11 +142,14 @@ class Executor:
             return
         self.started.add(key)
         for victim in fact.get("afterPreemptionOf") or []:
+            if any(job_id == victim for job_id, _ in self.pending):
+                await self.recovered.wait()  # a victim a previous executor left: followed first
             running = self.running.get(victim)
             if running is not None:
                 await running.stopped.wait()
         attempt = Attempt(fact["jobId"], fact["attempt"], fact["jobQueue"], fact["quotaShareName"],
-                          self.specs.get(fact["jobId"], {"tags": {}, "payload": None}))  # fmt: skip
+                          self.specs.get(fact["jobId"], {"tags": {}, "payload": None}),
+                          dispatched_at=fact.get("at"))  # fmt: skip
         self.running[attempt.job_id] = attempt
         self.note(attempt)
         attempt.task = asyncio.create_task(self._run(attempt))
@@ -133,13 +158,17 @@ class Executor:
         ended = False  # the scheduler knows (or decided) how this attempt ended
         try:
             if not self.reports_progress:
-                await self.report(attempt, "STARTING")
-                await self.report(attempt, "RUNNING")
+                if attempt.adopted is None:
+                    await self.report(attempt, "STARTING")
+                if attempt.adopted is None or not attempt.adopted.running:
+                    await self.report(attempt, "RUNNING")
+                    self.noted_running(attempt)
             status, reason = await self.execute(attempt)
             await self.report(attempt, status, reason)
             ended = True
         except asyncio.CancelledError:
-            await self.interrupt(attempt)
+            if not attempt.detached:  # left running by a shutdown: the next start follows it
+                await self.interrupt(attempt)
             ended = not attempt.shutdown  # a shutdown reports it (close), or the next start
         except Exception as error:  # the job failed in the executor itself
             log.warning("attempt failed", job_id=attempt.job_id, error=str(error))
@@ -153,6 +182,9 @@ class Executor:
                 self._forget(attempt)
 
     async def _stop(self, job_id: str, attempt_number: int) -> None:
+        if (job_id, attempt_number) in self.pending:  # not taken over yet: `recover` stops it
+            self.stop_requested.add((job_id, attempt_number))
+            return
         attempt = self.running.get(job_id)
         if attempt is None or attempt.attempt != attempt_number or attempt.task is None:
             return
@@ -189,36 +221,82 @@ class Executor:
         """Write the running attempt (and its process, once there is one) to the ledger."""
         if self.ledger is not None:
             self.ledger.record(Entry(attempt.job_id, attempt.attempt, attempt.job_queue,
-                                     attempt.share, pid, pid_started))  # fmt: skip
+                                     attempt.share, pid, pid_started,
+                                     dispatched_at=attempt.dispatched_at))  # fmt: skip
+
+    def noted_running(self, attempt: Attempt) -> None:
+        """RUNNING is reported: the ledger says so (a restart does not report it again)."""
+        key = (attempt.job_id, attempt.attempt)
+        entry = self.ledger.entries.get(key) if self.ledger is not None else None
+        if entry is not None and not entry.running:
+            self.ledger.record(replace(entry, running=True))
+
+    async def adopt(self, attempt: Attempt) -> bool:
+        """Whether this executor can follow `attempt`, which a previous one left in the
+        ledger (`attempt.adopted`): then `execute` follows it (or reports how it ended)."""
+        return False
 
     def _forget(self, attempt: Attempt) -> None:
         if self.ledger is not None:
             self.ledger.forget(attempt.job_id, attempt.attempt)
 
     async def recover(self) -> int:
-        """Report FAILED every attempt the previous executor left running (from the ledger),
-        after stopping its process (or how it ended, when `end_lost` knows); returns how
-        many.  Call once the broker can publish."""
+        """Take over every attempt the previous executor left running (from the ledger):
+        follow it again where this executor can (`adopt`), else stop what is left of it and
+        report it FAILED (or how it ended, when `end_lost` knows); returns how many.  Call
+        once the broker can publish."""
         lost, self.lost = self.lost, []
+        followed = 0
         for entry in lost:
+            key = (entry.job_id, entry.attempt)
+            attempt = Attempt(entry.job_id, entry.attempt, entry.job_queue, entry.share,
+                              self.specs.get(entry.job_id, {"tags": {}, "payload": None}),
+                              dispatched_at=entry.dispatched_at, adopted=entry)  # fmt: skip
+            if key in self.stop_requested:  # the scheduler ended it meanwhile: stop, no report
+                await self.end_lost(entry)
+                self.pending.discard(key)
+                self._forget(attempt)
+                continue
+            if self.follows_across_restarts and await self.adopt(attempt):
+                self.running[attempt.job_id] = attempt
+                attempt.task = asyncio.create_task(self._run(attempt))
+                await asyncio.sleep(0)  # its first step runs: a stop from now on reaches it
+                self.pending.discard(key)
+                followed += 1
+                continue
+            self.pending.discard(key)
             status, reason = await self.end_lost(entry) or ("FAILED", LOST)
             attempt = Attempt(entry.job_id, entry.attempt, entry.job_queue, entry.share, {})
             await self.report(attempt, status, reason)
             self._forget(attempt)
             log.warning("lost attempt reported", job_id=entry.job_id, attempt=entry.attempt)
+        self.recovered.set()
+        if followed:
+            log.info(f"following {followed} attempts a previous executor left running",
+                     consumer=self.consumer)  # fmt: skip
         return len(lost)
 
     async def close(self) -> None:
-        """Stop every running attempt and report each FAILED while the bus is still there; an
-        attempt whose report cannot be sent stays in the ledger for the next start."""
+        """Leave the running attempts running for the next start to follow, and say so in one
+        line, where this executor can (`follows_across_restarts`, a ledger, not `stop_jobs`);
+        else stop every running attempt and report each FAILED while the bus is still there
+        (an attempt whose report cannot be sent stays in the ledger for the next start)."""
         if self.watch is not None:
             await self.watch.stop()  # its consumer is about to go quiet on purpose
         attempts = list(self.running.values())
+        detach = self.follows_across_restarts and self.ledger is not None and not self.stop_jobs
         for attempt in attempts:
             attempt.shutdown = True
+            attempt.detached = detach
             if attempt.task is not None:
                 attempt.task.cancel()
         await asyncio.gather(*(a.task for a in attempts if a.task), return_exceptions=True)
+        if detach:
+            if attempts:
+                log.info(f"{len(attempts)} attempts keep running; start again to follow them "
+                         "(--stop-jobs stops them instead)", consumer=self.consumer,
+                         ledger=self.ledger.path)  # fmt: skip
+            return
         for attempt in attempts:
             try:
                 await self.report(attempt, "FAILED", SHUT_DOWN)

@@ -1,18 +1,22 @@
-"""The attempts an executor is running, kept in a file so that its next start can end them.
+"""The attempts an executor is running, kept in a file so that its next start follows them.
 
 An executor that stops (a crash, SIGKILL, a host restart, or a plain shutdown) leaves the
 attempts it was running without anybody to report on them: the scheduler would keep them
 RUNNING, holding capacity, until their attempt timeout (or forever without one).  So every
 attempt is written here when it starts and removed once its end is reported or the scheduler
-ended it; whatever the file still lists when the executor starts again was lost with the
-previous one, and `Executor.recover` reports it FAILED (the job's retryStrategy then decides
-between a retry and FAILED, as for any failed attempt).
+ended it; whatever the file still lists when the executor starts again, `Executor.recover`
+takes over: an executor that can follow its attempts across a restart (the process and the
+simulated ones) follows each again and reports its real end; the others report it FAILED
+(the job's retryStrategy then decides between a retry and FAILED, as for any failed attempt).
 
-A local process outlives a killed executor (it runs in its own session), so the file also
-records its pid and its start time: recovery stops that process first (SIGTERM, then SIGKILL
-after the grace period), and only when the pid still names the same process, never a later
-one that happens to reuse the number.  It also records the attempt's cgroup and marker
-(contain.py), so that recovery kills whatever else the attempt started (a daemonized child).
+A local process outlives its executor (it runs in its own session), so the file also records
+its pid and its start time: the next executor follows (or stops) that process only when the
+pid still names the same process, never a later one that happens to reuse the number.  It
+records where the attempt's supervising shell writes the exit status (`exit_file`), so an
+attempt that ended while no executor ran is reported as it ended; whether RUNNING was already
+reported (`running`); and when the attempt was dispatched (`dispatched_at`, the fact's `at`),
+from which the simulated executor computes its end.  It also records the attempt's cgroup and
+marker (contain.py), so that stopping it kills whatever else the attempt started.
 
 The file is JSON Lines, one change a line (`{"add": entry}` or `{"end": [job, attempt]}`),
 appended as it happens, so a change costs the same however many attempts run; it is compacted
@@ -44,6 +48,10 @@ class Entry:
     # its processes' environment.  Absent from the files of executors that predate them.
     cgroup: str | None = None
     token: str | None = None
+    # Absent from the files of executors that predate following attempts across restarts.
+    exit_file: str | None = None  # where the attempt's shell writes its exit status
+    running: bool = False  # RUNNING was reported
+    dispatched_at: float | None = None  # the JobDispatched fact's `at` (epoch seconds)
 
 
 class Ledger:
@@ -59,8 +67,14 @@ class Ledger:
         self._append({"add": asdict(entry)})
 
     def forget(self, job_id: str, attempt: int) -> None:
-        if self.entries.pop((job_id, attempt), None) is not None:
+        entry = self.entries.pop((job_id, attempt), None)
+        if entry is not None:
             self._append({"end": [job_id, attempt]})
+            if entry.exit_file is not None:  # its end is reported: its status is not needed
+                try:
+                    os.unlink(entry.exit_file)
+                except OSError:
+                    pass
 
     def _read(self) -> dict[tuple[str, int], Entry]:
         try:

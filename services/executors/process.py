@@ -6,12 +6,17 @@ The command line comes from the job's tags (`command`) or its payload
 Preemption or termination sends SIGTERM to the process group, then SIGKILL after the grace
 period.  The environment carries QUOTASCHED_JOB_ID and QUOTASCHED_ATTEMPT.
 
-A process runs in its own session, so it outlives an executor that is killed; the ledger keeps
-its pid and start time, and the next executor stops it (same signals, same grace period)
-before it reports the attempt lost (base.Executor.recover).  The command never runs before
-the ledger has its pid: the process starts as a shell waiting on a pipe (its stdin) and `exec`s
-the command once the executor has written the ledger; an executor killed before that closes
-the pipe, and the shell exits (125) without running anything.  The command's stdin is
+A process runs in its own session, so it outlives its executor: a shutdown leaves it running
+(unless `--stop-jobs`), and so does a SIGKILL.  The ledger keeps its pid and start time, and
+the next executor follows it (base.Executor.recover): it watches that very process to its end
+(a pidfd, else polling) and reports how it ended.  The process is a shell that supervises the
+command: it waits on a pipe (its stdin) for the executor's go, so the command never runs
+before the ledger has its pid (an executor killed before that closes the pipe, and the shell
+exits, 125, without running anything); then it runs the command, outlives a SIGTERM to its
+group until the command has ended, and writes the command's exit status to a file the ledger
+names, so an attempt that ended while no executor ran is reported as it ended.  An attempt
+whose ledger entry predates that file (an older executor's) is stopped and reported lost, as
+an attempt whose process is gone without a status is reported FAILED.  The command's stdin is
 /dev/null.
 
 The attempt is reported STARTING before its process is spawned (a failed spawn: FAILED next)
@@ -27,15 +32,18 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import hashlib
 import json
 import os
 import shlex
 import shutil
 import signal
+import subprocess
+from collections.abc import Callable
 
 from quotasched.services import logs
 from quotasched.services.executors import jobenv
-from quotasched.services.executors.base import Attempt, Executor, Publish
+from quotasched.services.executors.base import LOST, VANISHED, Attempt, Executor, Publish
 from quotasched.services.executors.contain import Containment, Support, check, remove_if_empty
 from quotasched.services.executors.jobuser import JobUser, harden_executor
 from quotasched.services.executors.ledger import Entry, Ledger, process_alive, process_started
@@ -60,21 +68,43 @@ def command_line(spec: dict) -> list[str]:
     raise ValueError("the job names no command (tag 'command' or payload Command/ContainerEntrypoint)")
 
 
-# `sh -c GATE sh <command...>`: wait for the executor's go (a line on stdin), then become the
-# command; EOF (the executor died before the ledger had the pid) ends it unrun.
-GATE = 'read -r go || exit 125; exec "$@" </dev/null'
+# `sh -c GATE sh EXIT_FILE <command...>`: wait for the executor's go (a line on stdin), then
+# run the command and write its exit status to EXIT_FILE (a temporary file, then a rename;
+# none when EXIT_FILE is empty).  EOF (the executor died before the ledger had the pid) ends it
+# unrun.  The trap keeps the shell through a SIGTERM to the group until the command has ended
+# (a caught signal is reset to the default in the command, an ignored one would not be).
+GATE = ('f=$1; shift; read -r go || exit 125; trap : HUP INT TERM; "$@" </dev/null; c=$?; '
+        '[ -z "$f" ] || { echo "$c" >"$f.tmp" && mv -f "$f.tmp" "$f"; }; exit "$c"')
+
+
+def outcome(code: int) -> tuple[str, str | None]:
+    return ("SUCCEEDED", None) if code == 0 else ("FAILED", f"Process exited with code {code}")
+
+
+def read_exit(path: str | None) -> int | None:
+    """The exit status the attempt's shell wrote, None without one (or an unreadable one)."""
+    if path is None:
+        return None
+    try:
+        with open(path, encoding="ascii") as handle:
+            return int(handle.read().strip())
+    except (OSError, ValueError):
+        return None
 
 
 class ProcessExecutor(Executor):
     name = "process"
     reports_progress = True  # STARTING before the spawn, RUNNING once the process exists
+    follows_across_restarts = True
 
     def __init__(self, publish: Publish, grace_s: float = 10.0, workdir: str | None = None,
                  ledger: Ledger | None = None):  # fmt: skip
         super().__init__(publish, ledger)
         self.grace_s = grace_s
         self.workdir = workdir
-        self.processes: dict[tuple[str, int], asyncio.subprocess.Process] = {}
+        self.processes: dict[tuple[str, int], subprocess.Popen] = {}  # started by this one
+        # Each running attempt's first process, (pid, start time): its own or one it follows.
+        self.leaders: dict[tuple[str, int], tuple[int, str | None]] = {}
         # Each running attempt's processes (contain.py), until nothing of it is alive.
         self.containments: dict[tuple[str, int], Containment] = {}
         self._support: Support | None = None
@@ -131,7 +161,27 @@ class ProcessExecutor(Executor):
         logs; the GPU agent keeps one file per attempt)."""
         return None
 
+    def exit_file(self, attempt: Attempt, work_dir: str | None) -> str | None:
+        """Where the attempt's shell writes the exit status: in the attempt's own directory
+        when the job runs as another user (it cannot write the executor's), else beside the
+        ledger; None without a ledger (nothing outlives this executor then)."""
+        if self.ledger is None:
+            return None
+        if work_dir is not None:
+            return os.path.join(work_dir, ".quotasched-exit")
+        directory = self.ledger.path.removesuffix(".json") + ".exits"
+        os.makedirs(directory, exist_ok=True)
+        digest = hashlib.sha256(f"{attempt.job_id}\0{attempt.attempt}".encode()).hexdigest()
+        return os.path.join(directory, digest[:32])
+
+    async def adopt(self, attempt: Attempt) -> bool:
+        """An attempt whose shell writes an exit status is followed; an older executor's
+        (no exit file: its end could not be told) is stopped and reported lost."""
+        return attempt.adopted is not None and attempt.adopted.exit_file is not None
+
     async def execute(self, attempt: Attempt) -> tuple[str, str | None]:
+        if attempt.adopted is not None:
+            return await self._follow(attempt)
         await self.report(attempt, "STARTING")
         argv = self.argv(attempt)
         containment = Containment.new(self.support, attempt.job_id, attempt.attempt)
@@ -143,15 +193,18 @@ class ProcessExecutor(Executor):
             spawn = user.spawn_options()
         if not _runnable(argv[0], cwd, env.get("PATH", os.defpath)):
             raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), argv[0])
+        exit_file = self.exit_file(attempt, cwd if user is not None else None)
         path = self.log_path(attempt)
         output = _open_log(path) if path is not None else None
         wait, go = os.pipe()  # the gate: the command runs once `go` has a line
         try:
-            process = await asyncio.create_subprocess_exec(
-                "/bin/sh", "-c", GATE, "sh", *argv, cwd=cwd, env=env,
+            # Not asyncio's subprocess: its transport kills a child still running when it is
+            # closed, and a shutdown leaves the attempt running.
+            process = subprocess.Popen(
+                ["/bin/sh", "-c", GATE, "sh", exit_file or "", *argv], cwd=cwd, env=env,
                 start_new_session=True, stdin=wait, **spawn,
-                stdout=output or asyncio.subprocess.DEVNULL,
-                stderr=asyncio.subprocess.STDOUT if output else asyncio.subprocess.DEVNULL,
+                stdout=output or subprocess.DEVNULL,
+                stderr=subprocess.STDOUT if output else subprocess.DEVNULL,
             )  # fmt: skip
         except BaseException:
             os.close(go)
@@ -161,54 +214,98 @@ class ProcessExecutor(Executor):
             if output is not None:
                 output.close()
         key = (attempt.job_id, attempt.attempt)
+        started = process_started(process.pid)
         self.processes[key] = process
+        self.leaders[key] = (process.pid, started)
         self.containments[key] = containment
         try:
             containment.enter(process.pid)  # before the go: all the command starts is in it
-            self.note(attempt, process.pid, process_started(process.pid))
+            self.note(attempt, process.pid, started, exit_file)
             os.write(go, b"go\n")  # the ledger has the pid: run the command
         except BrokenPipeError:
             pass  # the shell is gone already (killed): `wait` says how it ended
         finally:
             os.close(go)  # unless written, the shell exits unrun (the process ends as 125)
         await self.report(attempt, "RUNNING")  # a cancellation leaves the process to `interrupt`
-        code = await process.wait()
+        self.noted_running(attempt)
+        await until_ended(lambda: process.poll() is None, process.pid)
         self.processes.pop(key, None)
+        self.leaders.pop(key, None)
         await self.end_processes(attempt)  # what it left running (a daemon) ends with it
-        return ("SUCCEEDED", None) if code == 0 else ("FAILED", f"Process exited with code {code}")
+        return outcome(process.returncode)
+
+    async def _follow(self, attempt: Attempt) -> tuple[str, str | None]:
+        """An attempt a previous executor started: watch its process to its end if it still
+        runs (RUNNING reported if that one had not), then report how it ended."""
+        entry = attempt.adopted
+        key = (attempt.job_id, attempt.attempt)
+        pid, started = entry.pid, entry.pid_started
+        if entry.token:
+            cgroup = entry.cgroup if entry.cgroup and os.path.isdir(entry.cgroup) else None
+            self.containments[key] = Containment(cgroup, entry.token, pid)
+        if pid is not None and started is not None and process_alive(pid, started):
+            self.leaders[key] = (pid, started)
+            if not entry.running:
+                await self.report(attempt, "RUNNING")
+                self.noted_running(attempt)
+            await until_ended(lambda: process_alive(pid, started), pid)
+            self.leaders.pop(key, None)
+        code = read_exit(entry.exit_file)
+        await self.end_processes(attempt)
+        if code is None:
+            return "FAILED", VANISHED if pid is not None else LOST
+        return outcome(code)
 
     async def interrupt(self, attempt: Attempt) -> None:
         """SIGTERM to the attempt's process group and every other process of it; SIGKILL to
         all of it once the grace period is over, or once its main process has exited."""
         key = (attempt.job_id, attempt.attempt)
         process = self.processes.pop(key, None)
+        leader = self.leaders.pop(key, None)
         containment = self.containments.get(key)
+        if leader is not None:
+            pid, started = leader
+            if process is not None:
+                alive = lambda: process.poll() is None  # noqa: E731 (reaps it once it ends)
+            else:
+                alive = lambda: started is not None and process_alive(pid, started)  # noqa: E731
+            await self._terminate(pid, alive, containment)
+        await self.end_processes(attempt)
+
+    async def _terminate(self, group: int, alive: Callable[[], bool],
+                         containment: Containment | None) -> None:  # fmt: skip
+        """SIGTERM to process group `group` (while its leader is `alive`) and to the rest of
+        the attempt; SIGKILL to all of it after the grace period."""
         loop = asyncio.get_running_loop()
         began = loop.time()
-        if process is not None and process.returncode is None:
-            os.killpg(process.pid, signal.SIGTERM)
-            if containment is not None:
-                containment.signal(signal.SIGTERM, besides_group=process.pid)
+        if alive():
             try:
-                await asyncio.wait_for(process.wait(), self.grace_s)
-            except (asyncio.TimeoutError, TimeoutError):
-                os.killpg(process.pid, signal.SIGKILL)
-            if containment is not None:  # its other processes get what is left of the grace
-                await _until(lambda: not containment.alive(), self.grace_s - (loop.time() - began))
-        await self.end_processes(attempt)
-        if process is not None:
-            await process.wait()
+                os.killpg(group, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            if containment is not None:
+                containment.signal(signal.SIGTERM, besides_group=group)
+            if not await until_ended(alive, group, self.grace_s):
+                try:
+                    os.killpg(group, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                await until_ended(alive, group, 5.0)
+        if containment is not None:  # its other processes get what is left of the grace
+            await _until(lambda: not containment.alive(), self.grace_s - (loop.time() - began))
 
-    def note(self, attempt: Attempt, pid: int | None = None,
-             pid_started: str | None = None) -> None:  # fmt: skip
-        """The ledger's entry also names what contains the attempt (its cgroup, its marker)."""
+    def note(self, attempt: Attempt, pid: int | None = None, pid_started: str | None = None,
+             exit_file: str | None = None) -> None:  # fmt: skip
+        """The ledger's entry also names what contains the attempt (its cgroup, its marker)
+        and where its exit status will be."""
         containment = self.containments.get((attempt.job_id, attempt.attempt))
         if self.ledger is None or containment is None:
             super().note(attempt, pid, pid_started)
             return
         self.ledger.record(Entry(attempt.job_id, attempt.attempt, attempt.job_queue,
                                  attempt.share, pid, pid_started, containment.path,
-                                 containment.token))  # fmt: skip
+                                 containment.token, exit_file,
+                                 dispatched_at=attempt.dispatched_at))  # fmt: skip
 
     async def end_processes(self, attempt: Attempt) -> bool:
         """Kill whatever of the attempt is still alive and remove its cgroup; whether nothing
@@ -259,6 +356,41 @@ class ProcessExecutor(Executor):
             await _until(lambda: not alive(), wait_s)  # not our children: polled
         if contained is not None and await contained.kill_all():
             contained.cleanup()
+
+
+async def until_ended(alive: Callable[[], bool], pid: int,
+                      wait_s: float | None = None) -> bool:  # fmt: skip
+    """Until `alive()` is false (whether it is, after at most `wait_s`).  Woken by a pidfd of
+    `pid` as soon as that process exits (Linux 5.3+), and `alive` asked again at least every
+    few seconds (a pidfd of a pid already reused by another process is never readable); no
+    pidfd: polled."""
+    loop = asyncio.get_running_loop()
+    deadline = None if wait_s is None else loop.time() + wait_s
+    try:
+        fd = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        fd = None
+    try:
+        while alive():
+            left = None if deadline is None else deadline - loop.time()
+            if left is not None and left <= 0:
+                return False
+            step = 0.1 if fd is None else 5.0
+            if fd is None:
+                await asyncio.sleep(step if left is None else min(step, left))
+                continue
+            woken = loop.create_future()
+            loop.add_reader(fd, lambda: woken.done() or woken.set_result(None))
+            try:
+                await asyncio.wait_for(woken, step if left is None else min(step, left))
+            except (asyncio.TimeoutError, TimeoutError):
+                pass
+            finally:
+                loop.remove_reader(fd)
+        return True
+    finally:
+        if fd is not None:
+            os.close(fd)
 
 
 async def _until(condition, wait_s: float) -> None:

@@ -91,6 +91,10 @@ class ExecutorUnderTest:
     unplaceable_quantity: int | None = None  # a need it reports INSUFFICIENT_CAPACITY for
     records_stops = True  # its records say when each attempt's work stopped, not only started
     skips: dict[str, str] = {}  # scenario name -> why this executor cannot take part
+    # A stopped or killed executor leaves its attempts running, and the next one started on
+    # the same state follows them (a_restart_follows_the_running_attempts); False: the next
+    # one ends what a killed one left (a_killed_executor_ends_what_it_left...).
+    follows_restarts = False
 
     def start(self, stack: Stack) -> None:
         """Start the executor: with the stack (the scheduler may not lead yet, the service
@@ -100,6 +104,10 @@ class ExecutorUnderTest:
 
     def kill(self) -> None:
         """SIGKILL the executor (every process of it); the work it started may go on."""
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        """Stop the executor gracefully (SIGTERM) and wait until it has exited, 0."""
         raise NotImplementedError
 
     async def ready(self, stack: Stack, bus: Bus) -> None:
@@ -670,6 +678,48 @@ async def a_killed_executor_ends_what_it_left_and_starts_nothing_twice(kit: Kit)
         await kit.until_stopped(lost, 1)  # the new executor stopped what the dead one left
 
 
+async def a_restart_follows_the_running_attempts(kit: Kit) -> None:
+    """Protocol (restarts cost no work): stopping an executor, gracefully or by SIGKILL, does
+    not stop its attempts; the executor started again on the same state follows each one to
+    its real end, reports nothing twice and starts nothing twice.
+
+    By hand: `kept` (attempts 2) runs; the executor is stopped (SIGTERM) and started again,
+    then killed (SIGKILL) and started again.  Attempt 1 is reported STARTING once and RUNNING
+    once in all, no attempt 2 is dispatched, and its work started once.  Then, for a target
+    with records, TerminateServiceJob: the third executor stops that very work (recorded
+    once) and attempt 1 ends FAILED (TERMINATED), once; without records, attempt 1 ends
+    SUCCEEDED by itself (REPORTED), once."""
+    await kit.setup([("a", 2, False), ("b", 1, False)])
+    kept = await kit.submit("kept", long(kit.target), "a", attempts=2)
+    await kit.until_running(kept)
+    kit.target.stop()
+    kit.target.start(kit.stack)
+    await asyncio.sleep(1.0)  # the second one has started following it
+    kit.target.kill()
+    kit.target.start(kit.stack)
+    if kit.records() is not None:
+        assert not [s for s in await kit.statuses(kept) if s[1] in ENDED or s[1] == "RUNNABLE"], (
+            "the attempt ended across the restarts: make it run longer")
+        await kit.terminate(kept, "terminated after two restarts")
+        [ended] = await kit.until_status(kept, 1, "FAILED")
+        assert ended["cause"] == "TERMINATED"
+        await kit.until_stopped(kept, 1)
+        stops = [r for r in kit.records() if (r.event, r.job_id) == ("stop", kept)]
+        assert len(stops) <= 1, f"the work was stopped more than once: {stops}"
+    else:
+        [ended] = await kit.until_status(kept, 1, "SUCCEEDED")
+        assert ended["cause"] == "REPORTED"
+    statuses = await kit.statuses(kept)
+    assert [s for s in statuses if s[1] in ENDED or s[1] == "RUNNABLE"] == [
+        (1, ended["status"], ended["cause"])], statuses
+    progress = [c["status"] for c in executor_reports(await kit.commands())
+                if c["jobId"] == kept and c["status"] not in ENDED]  # fmt: skip
+    assert sorted(progress) == ["RUNNING", "STARTING"], f"reported again or restarted: {progress}"
+    if kit.records() is not None:
+        starts = [r for r in kit.records() if (r.event, r.job_id) == ("start", kept)]
+        assert len(starts) == 1, f"the work started more than once: {starts}"
+
+
 async def an_attempt_that_cannot_be_placed_is_reported_insufficient_capacity(kit: Kit) -> None:
     """Protocol: INSUFFICIENT_CAPACITY, reported while SCHEDULED or STARTING, puts the job
     back in its queue (RUNNABLE, cause CAPACITY_BOUNCE); the scheduler dispatches it again.
@@ -796,6 +846,7 @@ SCENARIOS = [
     terminate_stops_the_running_attempt,
     a_failed_attempt_is_retried,
     a_killed_executor_ends_what_it_left_and_starts_nothing_twice,
+    a_restart_follows_the_running_attempts,
     an_attempt_that_cannot_be_placed_is_reported_insufficient_capacity,
     nothing_of_an_ended_attempt_survives,
     a_jobs_environment_holds_no_credential,
@@ -807,6 +858,12 @@ def skip_reason(target: type[ExecutorUnderTest] | ExecutorUnderTest, scenario) -
     if scenario is an_attempt_that_cannot_be_placed_is_reported_insufficient_capacity \
             and target.unplaceable_quantity is None and scenario.__name__ not in target.skips:
         return "the executor names no job it cannot place (unplaceable_quantity)"  # fmt: skip
+    if scenario is a_killed_executor_ends_what_it_left_and_starts_nothing_twice \
+            and target.follows_restarts:  # fmt: skip
+        return "it follows what a killed executor left (a_restart_follows_the_running_attempts)"
+    if scenario is a_restart_follows_the_running_attempts and not target.follows_restarts \
+            and scenario.__name__ not in target.skips:  # fmt: skip
+        return "a restart ends the attempts it left (a_killed_executor_ends_what_it_left...)"
     return target.skips.get(scenario.__name__)
 
 

@@ -120,6 +120,9 @@ class _OneProcess(ExecutorUnderTest):
     def kill(self) -> None:
         self.process.kill()
 
+    def stop(self) -> None:
+        assert self.process.stop() == 0
+
     async def ready(self, stack: Stack, bus: Bus) -> None:
         await consumer_exists(bus, f"executor-{self.name}")
 
@@ -178,6 +181,7 @@ class SimulatedTarget(_OneProcess):
     name = "simulated"
     args = ("--speed", "1")
     long_s = 4.0  # long enough to preempt, terminate or kill it; short enough to wait out
+    follows_restarts = True
     fails_only_first = False  # tag outcome=FAILED fails every attempt
     skips = NO_CAPACITY
 
@@ -189,6 +193,7 @@ class SimulatedTarget(_OneProcess):
 
 
 class ProcessTarget(_JobScript, _OneProcess):
+    follows_restarts = True
     name = "process"
     skips = NO_CAPACITY
 
@@ -269,6 +274,10 @@ class AgentTarget(_JobScript, ExecutorUnderTest):
     def kill(self) -> None:
         for process in self.processes:
             process.kill()
+
+    def stop(self) -> None:
+        for process in self.processes:
+            assert process.stop() == 0
 
     async def ready(self, stack: Stack, bus: Bus) -> None:
         """Until the environment's capacity is every host's GPUs (both agents joined)."""

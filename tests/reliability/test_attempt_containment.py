@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from quotasched.services.client import Bus
-from quotasched.services.executors.base import LOST
+from quotasched.services.executors.base import VANISHED
 from quotasched.services.executors.contain import Containment, Support, check
 from quotasched.services.executors.ledger import Ledger
 from tests.integration.conftest import QUOTASCHED
@@ -241,14 +241,14 @@ async def test_the_agent_frees_the_gpus_of_a_daemonizing_job_only_once_its_daemo
 
 
 async def running_with_a_daemon(bus: Bus, spawn, tmp_path: Path, daemons: list[Path],
-                                job_id: str):  # fmt: skip
+                                job_id: str, *flags: str):  # fmt: skip
     """A process executor running `job_id`, a job that left a setsid child and runs on:
     (the executor, the child's pid)."""
     pidfile = tmp_path / "daemon.pid"
     daemons.append(pidfile)
     await publish_items(bus, setup_commands(QUEUE, shares=[("a", 1, "RESERVE", "DISABLED")],
                                             capacity=1))  # fmt: skip
-    executor = spawn("executor", "--kind", "process")
+    executor = spawn("executor", "--kind", "process", *flags)
     await submit(bus, job_id, "a", setsid_job(pidfile, then="stay"))
     await eventually(lambda: status_of(bus, job_id, 1, "RUNNING"), 30, what="RUNNING")
     pid = await eventually(lambda: _async(pid_in(pidfile)), 10, what="the daemon's pid")
@@ -257,6 +257,9 @@ async def running_with_a_daemon(bus: Bus, spawn, tmp_path: Path, daemons: list[P
 
 async def test_a_restarted_executor_kills_the_daemon_a_lost_attempt_left(
         tmp_path, nats_server, spawn, daemons):  # fmt: skip
+    """The executor is killed; while none runs, the attempt's own process group is killed
+    too (its shell: no exit status), but its setsid daemon lives on.  The next executor
+    reports the attempt FAILED, saying it vanished, and kills the daemon."""
     scheduler = spawn("scheduler")
     async with Bus(nats_server.url) as bus:
         await wait_leading(scheduler)
@@ -266,21 +269,25 @@ async def test_a_restarted_executor_kills_the_daemon_a_lost_attempt_left(
         first.kill()  # SIGKILL: the job and its daemon live on, without anybody to end them
         await asyncio.sleep(0.3)
         assert alive(pid), "the daemon should outlive the killed executor"
+        os.killpg(entry.pid, signal.SIGKILL)  # the attempt's group, not its setsid daemon
+        await eventually(lambda: dead(entry.pid), 5, what="the attempt's shell dead")
+        assert alive(pid), "the daemon is in a session of its own"
         spawn("executor", "--kind", "process")
         ended = await eventually(lambda: status_of(bus, "lost", 1, "FAILED"), 30,
                                  what="the lost attempt reported")  # fmt: skip
-        assert ended["statusReason"] == LOST
+        assert ended["statusReason"] == VANISHED
         await eventually(lambda: dead(pid), 5, what="the lost attempt's daemon dead")
     assert entry.cgroup and entry.token, f"the ledger names no cgroup or marker: {entry}"
     assert not os.path.exists(entry.cgroup), "the lost attempt's cgroup was not removed"
 
 
-async def test_an_executor_shut_down_kills_what_its_attempts_left(
+async def test_an_executor_shut_down_with_stop_jobs_kills_what_its_attempts_left(
         tmp_path, nats_server, spawn, daemons):  # fmt: skip
     scheduler = spawn("scheduler")
     async with Bus(nats_server.url) as bus:
         await wait_leading(scheduler)
-        executor, pid = await running_with_a_daemon(bus, spawn, tmp_path, daemons, "runs")
+        executor, pid = await running_with_a_daemon(bus, spawn, tmp_path, daemons, "runs",
+                                                     "--stop-jobs")  # fmt: skip
         assert executor.stop() == 0  # SIGTERM: a shutdown stops and reports what it runs
         assert not alive(pid), "the attempt's setsid child outlived the executor's shutdown"
         await eventually(lambda: status_of(bus, "runs", 1, "FAILED"), 10, what="reported")

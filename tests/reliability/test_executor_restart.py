@@ -1,11 +1,11 @@
-"""Executors against a real nats-server and scheduler.
+"""Executors against a real nats-server and scheduler: restarting a process executor costs
+no running job its work.
 
-A process executor killed with SIGKILL while it runs a job, against a real nats-server and
-scheduler: its job's process outlives it, and without the executor's ledger the attempt would
-stay RUNNING (holding its capacity) until an attempt timeout.  The next executor started with
-the same --state-dir stops that process, reports the attempt FAILED, and the job's
-retryStrategy gives it a second attempt, which this executor runs; a plain shutdown (SIGTERM)
-then reports that attempt FAILED too, and the job ends.
+A process executor stopped gracefully (SIGTERM) or killed (SIGKILL) while it runs a job
+leaves the job's process running; the next executor started with the same --state-dir
+follows that very process (the job records its own pid) to its end: the job has one attempt,
+reported STARTING and RUNNING once, and ends SUCCEEDED.  With --stop-jobs a shutdown stops
+the job and reports it FAILED, and the job's retryStrategy gives it a second attempt.
 
 An executor started with --job-queue runs that queue's jobs only, so one executor per queue
 can share the work."""
@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import signal
+from pathlib import Path
 
 import pytest
 
 from quotasched.services.client import Bus
-from quotasched.services.executors.base import LOST, SHUT_DOWN
+from quotasched.services.executors.base import SHUT_DOWN
 from quotasched.services.executors.ledger import Entry, Ledger, process_alive
 from tests.integration.helpers import eventually, publish_items, read_facts, setup_commands
 from tests.integration.test_failover import wait_leading
@@ -31,8 +32,29 @@ def ledger_entries(tmp_path) -> list[Entry]:
     return list(Ledger(str(path)).entries.values()) if path.exists() else []
 
 
-async def test_a_killed_executors_attempt_is_ended_and_retried_by_the_next_one(tmp_path, nats_server, spawn):
+def recording_job(pidfile: Path, go: Path) -> str:
+    """A job that writes its pid, then runs until `go` exists (90 s at most), and exits 0."""
+    return f"sh -c 'echo $$ > {pidfile}; i=0; while [ ! -e {go} ] && [ $i -lt 900 ]; do sleep 0.1; i=$((i+1)); done; exit 0'"
+
+
+async def facts_where(bus: Bus, **match):
+    facts = await read_facts(bus.js)
+    return [f for f in facts if all(f.get(k) == v for k, v in match.items())]
+
+
+async def pid_of(pidfile: Path) -> int:
+    async def written():
+        text = pidfile.read_text().strip() if pidfile.exists() else ""
+        return int(text) if text else None
+
+    return await eventually(written, 30, what=f"{pidfile} written by the job")
+
+
+@pytest.mark.parametrize("how", ["sigterm", "sigkill"])
+async def test_a_restarted_process_executor_follows_the_job_it_left_running(
+        tmp_path, nats_server, spawn, how):  # fmt: skip
     scheduler = spawn("scheduler")
+    pidfile, go = tmp_path / "job.pid", tmp_path / "go"
     async with Bus(nats_server.url) as bus:
         await wait_leading(scheduler)
         await publish_items(bus, setup_commands("rq", shares=[("alpha", 1, "RESERVE", "DISABLED")],
@@ -42,39 +64,75 @@ async def test_a_killed_executors_attempt_is_ended_and_retried_by_the_next_one(t
             "kind": "SubmitServiceJob", "jobId": "long", "jobName": "long", "jobQueue": "rq",
             "quotaShareName": "alpha", "retryStrategy": {"attempts": 2},
             "capacityUsage": [{"capacityUnit": "ml.g5.xlarge", "quantity": 1}],
-            "tags": {"command": "sleep 300"},
+            "tags": {"command": recording_job(pidfile, go)},
         })  # fmt: skip
-
-        async def facts_where(**match):
-            facts = await read_facts(bus.js)
-            return [f for f in facts if all(f.get(k) == v for k, v in match.items())]
-
-        await eventually(lambda: facts_where(kind="JobStatusChanged", attempt=1, status="RUNNING"),
+        await eventually(lambda: facts_where(bus, kind="JobStatusChanged", status="RUNNING"),
                          30, what="attempt 1 RUNNING")  # fmt: skip
-        [entry] = await eventually(lambda: _with_pid(tmp_path), 10, what="the ledger's pid")
-        pid, started = entry.pid, entry.pid_started
-        first.kill()  # SIGKILL to the executor's process group; the job has its own session
-        assert first.popen.returncode == -signal.SIGKILL
+        pid = await pid_of(pidfile)
+        [entry] = ledger_entries(tmp_path)
+        if how == "sigterm":
+            assert first.stop() == 0
+            assert "1 attempts keep running; start again to follow them" in first.output()
+        else:
+            first.kill()  # SIGKILL to the executor's process group; the job has its own session
+            assert first.popen.returncode == -signal.SIGKILL
         await asyncio.sleep(0.5)
-        assert process_alive(pid, started), "the job's process should outlive the executor"
-        assert not await facts_where(kind="JobStatusChanged", attempt=1, status="RUNNABLE")
+        assert process_alive(entry.pid, entry.pid_started), "the job stopped with its executor"
+        assert pidfile.read_text().strip() == str(pid)
 
         second = spawn("executor", "--kind", "process")
-        [retried] = await eventually(
-            lambda: facts_where(kind="JobStatusChanged", attempt=1, status="RUNNABLE"), 30,
-            what="attempt 1 ended")  # fmt: skip
-        assert retried["cause"] == "RETRY" and retried["statusReason"] == LOST
-        assert not process_alive(pid, started), "the orphaned process was not stopped"
-        await eventually(lambda: facts_where(kind="JobStatusChanged", attempt=2, status="RUNNING"),
-                         30, what="attempt 2 RUNNING")  # fmt: skip
-
-        assert second.stop() == 0  # SIGTERM: a shutdown reports what it interrupts
+        await eventually(lambda: _says(second, "following 1 attempts"), 30,
+                         what="the second executor following the attempt")  # fmt: skip
+        assert process_alive(entry.pid, entry.pid_started)
+        job = await bus.request("describe-service-job", jobId="long")
+        assert job["status"] == "RUNNING" and len(job["attempts"]) == 1, job
+        go.touch()
         [ended] = await eventually(
-            lambda: facts_where(kind="JobStatusChanged", attempt=2, status="FAILED"), 30,
-            what="attempt 2 ended")  # fmt: skip
-        assert ended["statusReason"] == SHUT_DOWN and ended["cause"] == "REPORTED"
+            lambda: facts_where(bus, kind="JobStatusChanged", status="SUCCEEDED"), 30,
+            what="the job's end reported by the second executor")  # fmt: skip
+        assert ended["attempt"] == 1 and ended["cause"] == "REPORTED"
+        assert pidfile.read_text().strip() == str(pid), "the job was started again"
+        changes = [(f["attempt"], f["status"])
+                   for f in await facts_where(bus, kind="JobStatusChanged", jobId="long")]
+        assert changes == [(1, "STARTING"), (1, "RUNNING"), (1, "SUCCEEDED")], changes
+        job = await bus.request("describe-service-job", jobId="long")
+        assert job["status"] == "SUCCEEDED" and len(job["attempts"]) == 1, job
         assert ledger_entries(tmp_path) == []
-        starts = await facts_where(kind="JobStatusChanged", status="STARTING")
+
+
+async def _says(process, text: str) -> bool:
+    return text in process.output()
+
+
+async def test_stop_jobs_makes_a_shutdown_stop_the_job_and_report_it_for_a_retry(
+        tmp_path, nats_server, spawn):  # fmt: skip
+    scheduler = spawn("scheduler")
+    async with Bus(nats_server.url) as bus:
+        await wait_leading(scheduler)
+        await publish_items(bus, setup_commands("rq", shares=[("alpha", 1, "RESERVE", "DISABLED")],
+                                                capacity=1))  # fmt: skip
+        first = spawn("executor", "--kind", "process", "--stop-jobs")
+        await bus.publish({
+            "kind": "SubmitServiceJob", "jobId": "long", "jobName": "long", "jobQueue": "rq",
+            "quotaShareName": "alpha", "retryStrategy": {"attempts": 2},
+            "capacityUsage": [{"capacityUnit": "ml.g5.xlarge", "quantity": 1}],
+            "tags": {"command": "sleep 300"},
+        })  # fmt: skip
+        await eventually(lambda: facts_where(bus, kind="JobStatusChanged", status="RUNNING"),
+                         30, what="attempt 1 RUNNING")  # fmt: skip
+        [entry] = await eventually(lambda: _with_pid(tmp_path), 10, what="the ledger's pid")
+        assert first.stop() == 0  # SIGTERM: --stop-jobs stops and reports what it runs
+        assert not process_alive(entry.pid, entry.pid_started)
+        [retried] = await eventually(
+            lambda: facts_where(bus, kind="JobStatusChanged", attempt=1, status="RUNNABLE"), 30,
+            what="attempt 1 ended")  # fmt: skip
+        assert retried["cause"] == "RETRY" and retried["statusReason"] == SHUT_DOWN
+        assert ledger_entries(tmp_path) == []
+        second = spawn("executor", "--kind", "process", "--stop-jobs")
+        await eventually(lambda: facts_where(bus, kind="JobStatusChanged", attempt=2,
+                                             status="RUNNING"), 30, what="attempt 2 RUNNING")
+        assert second.stop() == 0
+        starts = await facts_where(bus, kind="JobStatusChanged", status="STARTING")
         assert [f["attempt"] for f in starts] == [1, 2]
 
 

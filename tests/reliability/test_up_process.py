@@ -450,3 +450,57 @@ async def test_sigusr1_writes_every_threads_stack_and_up_runs_on(tmp_path, ups):
     seqs = await decide(url, setup_commands("gu"))
     assert seqs
     assert first.stop() == 0
+
+
+@pytest.mark.parametrize("how", ["sigterm", "sigkill"])
+async def test_a_restart_of_up_costs_the_running_job_nothing(tmp_path, ups, how):
+    """`up --executor process`, a job that writes its own pid and runs until told to end.
+    Ctrl-C (SIGTERM) or `kill -9` of up's process group: the job runs on, and `up` started
+    again on the same directory follows that very process: one attempt, reported STARTING and
+    RUNNING once, SUCCEEDED when the job exits 0."""
+    data_dir, port = tmp_path / "data", free_port()
+    pidfile, go = tmp_path / "job.pid", tmp_path / "go"
+    first = ups(data_dir, port, "--executor", "process", "--no-projector")
+    url = await announced(first, port)
+    await decide(url, setup_commands("rq", shares=[("alpha", 1, "RESERVE", "DISABLED")],
+                                     capacity=1))  # fmt: skip
+    command = f"sh -c 'echo $$ > {pidfile}; i=0; while [ ! -e {go} ] && [ $i -lt 900 ]; do sleep 0.1; i=$((i+1)); done; exit 0'"
+    async with Bus(url) as bus:
+        await publish_items(bus, [({
+            "kind": "SubmitServiceJob", "jobId": "train", "jobName": "train", "jobQueue": "rq",
+            "quotaShareName": "alpha", "capacityUsage": [{"capacityUnit": "ml.g5.xlarge",
+                                                          "quantity": 1}],
+            "tags": {"command": command}}, None)])  # fmt: skip
+
+        async def running():
+            return [f for f in await read_facts(bus.js)
+                    if f["kind"] == "JobStatusChanged" and f["status"] == "RUNNING"]
+
+        await eventually(running, 60, what="the job RUNNING")
+    pid = int(await eventually(lambda: asyncio.sleep(0, pidfile.exists() and pidfile.read_text().strip()),
+                               30, what="the job's pid"))  # fmt: skip
+    if how == "sigterm":
+        assert first.stop() == 0
+        assert "1 attempts keep running; start again to follow them" in first.output()
+    else:
+        first.kill()
+    assert alive(pid), f"the job stopped with `up` ({how})"
+
+    second = ups(data_dir, port, "--executor", "process", "--no-projector")
+    await announced(second, port)
+    async with Bus(url) as bus:
+        job = await bus.request("describe-service-job", jobId="train")
+        assert job["status"] == "RUNNING" and len(job["attempts"]) == 1, job
+        go.touch()
+
+        async def ended():
+            job = await bus.request("describe-service-job", jobId="train")
+            return job if job["status"] in ("SUCCEEDED", "FAILED") else None
+
+        job = await eventually(ended, 60, what="the job's end")
+        assert job["status"] == "SUCCEEDED" and len(job["attempts"]) == 1, job
+        changes = [(f["attempt"], f["status"]) for f in await read_facts(bus.js)
+                   if f["kind"] == "JobStatusChanged"]
+        assert changes == [(1, "STARTING"), (1, "RUNNING"), (1, "SUCCEEDED")], changes
+    assert pidfile.read_text().strip() == str(pid), "the job was started again"
+    assert second.stop() == 0

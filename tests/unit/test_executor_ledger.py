@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
+import time
 
 import pytest
 
@@ -34,6 +35,9 @@ class Reports:
         if self.down:
             raise ConnectionError("the bus is gone")
         self.sent.append({"subject": subject, **json.loads(data)})
+
+    def sent_all(self) -> list[tuple[int, str, str | None]]:
+        return [(r["attempt"], r["status"], r.get("statusReason")) for r in self.sent]
 
     def of(self, job_id: str) -> list[tuple[int, str, str | None]]:
         return [(r["attempt"], r["status"], r.get("statusReason")) for r in self.sent
@@ -107,10 +111,11 @@ async def test_an_attempt_the_scheduler_stops_leaves_the_ledger_without_a_report
         await executor.close()
 
 
-async def test_a_shutdown_reports_the_attempts_it_interrupts_or_leaves_them_listed(tmp_path):
+async def test_a_shutdown_with_stop_jobs_reports_the_attempts_it_interrupts_or_leaves_them_listed(tmp_path):
     path = tmp_path / "executor-sim.json"
     reports = Reports()
     executor = SimulatedExecutor(reports, speed=1.0, ledger=Ledger(str(path)))
+    executor.stop_jobs = True
     for job_id in ("j1", "j2"):
         await executor.on_fact(submitted(job_id, duration="60"))
         await executor.on_fact(dispatched(job_id))
@@ -121,12 +126,62 @@ async def test_a_shutdown_reports_the_attempts_it_interrupts_or_leaves_them_list
     assert listed(path) == []
 
     executor = SimulatedExecutor(reports, speed=1.0, ledger=Ledger(str(path)))
+    executor.stop_jobs = True
     await executor.on_fact(submitted("j3", duration="60"))
     await executor.on_fact(dispatched("j3"))
     await asyncio.sleep(0.05)
     reports.down = True  # the shutdown cannot tell the scheduler: the next start will
     await executor.close()
     assert listed(path) == [("j3", 1)]
+
+
+async def test_a_shutdown_leaves_simulated_attempts_running_and_the_next_start_ends_them_on_time(
+        tmp_path):  # fmt: skip
+    """Without --stop-jobs nothing is reported at the shutdown; the next executor reports
+    each attempt's end at its dispatch time plus its duration (from the log), not later, not
+    again from the start, and never reports STARTING or RUNNING a second time."""
+    path = tmp_path / "executor-sim.json"
+    reports = Reports()
+    executor = SimulatedExecutor(reports, speed=1.0, ledger=Ledger(str(path)))
+    now = time.time()
+    await executor.on_fact(submitted("done", duration="2"))  # ends while nobody runs
+    await executor.on_fact({**dispatched("done"), "at": now - 1.0})
+    await executor.on_fact(submitted("later", duration="3"))
+    await executor.on_fact({**dispatched("later"), "at": now})
+    await asyncio.sleep(0.05)
+    await executor.close()
+    assert [status for _, status, _ in reports.sent_all()] == ["STARTING", "RUNNING"] * 2
+    assert sorted(listed(path)) == [("done", 1), ("later", 1)]
+
+    await asyncio.sleep(1.2)  # "done" is over by now: reported at once by the next start
+    reports.sent.clear()
+    executor = SimulatedExecutor(reports, speed=1.0, ledger=Ledger(str(path)))
+    for job_id, duration in (("done", "2"), ("later", "3")):
+        executor.learn(submitted(job_id, duration=duration))  # what app.catch_up feeds it
+    try:
+        assert await executor.recover() == 2
+        await asyncio.sleep(0.2)
+        assert reports.of("done") == [(1, "SUCCEEDED", None)]
+        assert reports.of("later") == []
+        await asyncio.wait_for(executor.running["later"].stopped.wait(), 5.0)
+        assert now + 3.0 <= time.time() < now + 4.0
+        assert reports.of("later") == [(1, "SUCCEEDED", None)]
+        assert listed(path) == []
+    finally:
+        await executor.close()
+
+
+async def test_an_attempt_preempted_while_no_executor_ran_is_stopped_not_followed(tmp_path):
+    path = tmp_path / "executor-sim.json"
+    Ledger(str(path)).record(Entry("gone", 1, "q", "qs1", dispatched_at=time.time()))
+    reports = Reports()
+    executor = SimulatedExecutor(reports, speed=1.0, ledger=Ledger(str(path)))
+    executor.learn(submitted("gone", duration="60"))
+    # delivered before `recover` (the broker starts first): kept for it
+    await executor.on_fact({"kind": "JobPreempted", "jobId": "gone", "attempt": 1})
+    assert await executor.recover() == 1
+    assert "gone" not in executor.running
+    assert reports.sent == [] and listed(path) == []
 
 
 async def test_the_next_start_reports_lost_attempts_and_never_starts_them_again(tmp_path):
