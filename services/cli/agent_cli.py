@@ -16,6 +16,7 @@ from typing import Annotated, NoReturn, Optional
 import typer
 
 from quotasched.services.cli.services_cli import (NatsUrl, PassEnv, RequireContainment, RunAs,
+                                                  StopJobs,
                                                   WorkDir, _settings, check_attempt_file,
                                                   job_user_of, pass_env_names,
                                                   say_containment)  # fmt: skip
@@ -87,6 +88,7 @@ def agent_command(
     pass_env: PassEnv = None,
     run_as: RunAs = None,
     work_dir: WorkDir = None,
+    stop_jobs: StopJobs = False,
 ) -> None:
     """Run a GPU host's agent: it places dispatched attempts on its own GPUs and runs them.
 
@@ -94,6 +96,8 @@ def agent_command(
     live hosts' GPUs, each attempt runs on exactly one host with CUDA_VISIBLE_DEVICES set to
     the GPUs it was given, an attempt no host can place whole is reported
     INSUFFICIENT_CAPACITY, and the attempts of a host that stops beating are reported FAILED.
+    Stopping the agent (SIGTERM or SIGKILL) does not stop its jobs: started again on the same
+    --host and --state-dir within --host-timeout, it follows them to their end.
     """
     import asyncio
 
@@ -118,7 +122,8 @@ def agent_command(
     async def run():
         settings = _settings(nats_url, pass_env=passed, run_as=user, job_work_dir=work)
         async with Stack(settings, executor="agent", scheduler=False,
-                         executor_state_dir=str(state_dir), agent=options) as stack:  # fmt: skip
+                         executor_state_dir=str(state_dir), agent=options,
+                         stop_jobs=stop_jobs) as stack:  # fmt: skip
             stop_on_signals(stack.stop)
             await stack.stop.wait()
         return stack.failed

@@ -142,8 +142,9 @@ def check_attempt_file(verb: str, path: Path) -> None:
 
 StopJobs = Annotated[bool, typer.Option(
     "--stop-jobs", help="On a shutdown, stop the jobs this executor runs and report them FAILED. "
-                        "Default: the process and simulated executors leave them running, and "
-                        "the next start on the same state follows them to their end.")]
+                        "Default: the process and simulated executors and the GPU agent "
+                        "leave them running, and the next start on the same state follows "
+                        "them to their end (the sagemaker executor always stops them).")]
 
 
 def up(
@@ -177,7 +178,8 @@ def up(
     `AWS_ENDPOINT_URL_BATCH=http://127.0.0.1:PORT`, the AWS Batch endpoint for the real AWS CLI
     and boto3 (unless --aws-port off); the third, `WEB=http://127.0.0.1:PORT`, the live web view
     (unless --web-port off).  Ctrl-C stops it
-    all cleanly, except the running jobs of the process and simulated executors, which run on
+    all cleanly, except the running jobs of the process and simulated executors and the
+    GPU agent, which run on
     (--stop-jobs stops them too); starting again on the same --data-dir resumes where it
     stopped and follows those jobs to their end.  The projector
     keeps --db up to date with the fact log and answers queries over NATS (qm.proj.*); while it

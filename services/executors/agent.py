@@ -110,10 +110,14 @@ class AgentOptions:
 
 
 class GpuAgent(ProcessExecutor):
+    """Across a restart (base.Executor.recover): a shutdown leaves the attempts running and
+    the host's key "up" (it does not leave the fleet, which would lower the capacity under
+    them); an agent started again on the same host and state within `--host-timeout` holds
+    their GPUs again (the ledger names them) and follows them.  A host silent for longer is
+    lost as before: the keeper reported its attempts FAILED, so a restarted agent that finds
+    its key "lost" stops them without a report."""
+
     name = "agent"
-    # Not yet: the fleet's keeper and the GPUs an attempt holds are not carried across a
-    # restart, so a shutdown stops its attempts and reports them FAILED (base.Executor.close).
-    follows_across_restarts = False
 
     def __init__(self, publish: Publish, options: AgentOptions, fleet: Fleet,
                  ledger: Ledger | None = None, state_dir: str | None = None):  # fmt: skip
@@ -190,15 +194,43 @@ class GpuAgent(ProcessExecutor):
         attempt.task = asyncio.current_task()
         self.running[job_id] = attempt
         self.note(attempt)
+        await self._run_holding(attempt)
+
+    async def _run_holding(self, attempt: Attempt) -> None:
+        """Run (or follow) the attempt, then give its GPUs back once nothing of it is alive;
+        an attempt a shutdown leaves running keeps them (the next start follows it)."""
         try:
             await self._run(attempt)
         finally:
-            try:  # its GPUs are free only once nothing of it is alive (contain.py)
-                while not await self.end_processes(attempt):
-                    if attempt.shutdown:  # the agent is leaving and hands out no GPU again;
-                        break  # kill_all logged what survives (a shutdown must not hang)
-            finally:
-                self._release(attempt)
+            if not attempt.detached:
+                try:  # its GPUs are free only once nothing of it is alive (contain.py)
+                    while not await self.end_processes(attempt):
+                        if attempt.shutdown:  # the agent is leaving and hands out no GPU again;
+                            break  # kill_all logged what survives (a shutdown must not hang)
+                finally:
+                    self._release(attempt)
+
+    async def adopt(self, attempt: Attempt) -> bool:
+        """Follow an attempt the previous run left, holding its GPUs again, unless this host
+        was declared lost meanwhile (the keeper reported it FAILED: it is stopped) or the
+        GPUs it holds are no longer this host's."""
+        entry = attempt.adopted
+        gpus = list(entry.gpus or [])
+        if not gpus or any(gpu not in self.options.gpus or gpu in self.held for gpu in gpus):
+            return False
+        if await self.fleet.state() == "lost":  # the keeper reported it FAILED: no report
+            self.stop_requested.add((attempt.job_id, attempt.attempt))
+            return False
+        if not await super().adopt(attempt):
+            return False
+        self._hold(attempt, gpus)
+        runtime = self.options.container_runtime
+        if runtime is not None and containers.image_of(attempt.spec):
+            self.in_containers.add((attempt.job_id, attempt.attempt))
+        return True
+
+    async def follow(self, attempt: Attempt) -> None:
+        await self._run_holding(attempt)
 
     async def _wait_for_victims(self, victims: list[str]) -> None:
         """Until every victim has stopped, here or on another host; at most victim_timeout_s
@@ -397,7 +429,8 @@ class GpuAgent(ProcessExecutor):
         """Advertise this host (after `recover` stopped what a previous run left), then beat
         and keep the fleet's capacity until `close`."""
         await self.fleet.watch()
-        await self.fleet.beat(self.heartbeat())
+        if not await self.fleet.beat(self.heartbeat()):
+            await self._fenced()  # declared lost since `recover` followed what it left
         self._beating = asyncio.create_task(self._beat_forever())
         self.joined.set()  # the attempts dispatched meanwhile are placed from now on
 
@@ -433,14 +466,24 @@ class GpuAgent(ProcessExecutor):
         await self.report(attempt, status, reason)
 
     async def close(self) -> None:
-        """Stop placing, stop and report the running attempts (base), leave the fleet."""
+        """Stop placing; leave the running attempts running and the host "up" for the next
+        start to follow them within --host-timeout (base; with --stop-jobs: stop and report
+        them, and leave the fleet)."""
         if self._beating is not None:
             self._beating.cancel()
             await asyncio.gather(self._beating, return_exceptions=True)
         for _, task in list(self.placing.values()):
             task.cancel()
         await asyncio.gather(*(task for _, task in list(self.placing.values())), return_exceptions=True)
+        kept = bool(self.running) and self.ledger is not None and not self.stop_jobs
         await super().close()
+        if kept:
+            log.info(f"host {self.options.host} stays in the fleet: start this agent again "
+                     f"within --host-timeout ({self.options.host_timeout_s:g} s) to follow "
+                     "its attempts, or the host is lost and they are reported FAILED",
+                     host=self.options.host)  # fmt: skip
+            await self.fleet.stop()
+            return
         try:
             await self.fleet.leave(self.heartbeat())
         except Exception as error:  # the bus is gone: the keeper will find the host lapsed

@@ -73,6 +73,7 @@ class Attempt:
     stopped: asyncio.Event = field(default_factory=asyncio.Event)
     shutdown: bool = False  # interrupted by the executor's own shutdown, not by the scheduler
     detached: bool = False  # left running by a shutdown, for the next start to follow
+    stopping: bool = False  # the scheduler ended it and it is being stopped (`_stop`)
     dispatched_at: float | None = None  # the JobDispatched fact's `at`
     adopted: Entry | None = None  # what a previous executor left of it (`recover`)
 
@@ -184,10 +185,13 @@ class Executor:
     async def _stop(self, job_id: str, attempt_number: int) -> None:
         if (job_id, attempt_number) in self.pending:  # not taken over yet: `recover` stops it
             self.stop_requested.add((job_id, attempt_number))
-            return
+            # The fact is acked only once this returns: an executor killed before `recover`
+            # gets it again.  If `recover` had followed it already, it is stopped below.
+            await self.recovered.wait()
         attempt = self.running.get(job_id)
         if attempt is None or attempt.attempt != attempt_number or attempt.task is None:
             return
+        attempt.stopping = True  # a shutdown meanwhile lets the stop finish
         attempt.task.cancel()
         # a task cancelled before its first step never runs its `finally` (a termination right
         # after the dispatch): wait for the task itself, then mark the attempt stopped here
@@ -236,6 +240,10 @@ class Executor:
         ledger (`attempt.adopted`): then `execute` follows it (or reports how it ended)."""
         return False
 
+    async def follow(self, attempt: Attempt) -> None:
+        """The task of an adopted attempt (the GPU agent also gives its GPUs back after)."""
+        await self._run(attempt)
+
     def _forget(self, attempt: Attempt) -> None:
         if self.ledger is not None:
             self.ledger.forget(attempt.job_id, attempt.attempt)
@@ -252,19 +260,19 @@ class Executor:
             attempt = Attempt(entry.job_id, entry.attempt, entry.job_queue, entry.share,
                               self.specs.get(entry.job_id, {"tags": {}, "payload": None}),
                               dispatched_at=entry.dispatched_at, adopted=entry)  # fmt: skip
-            if key in self.stop_requested:  # the scheduler ended it meanwhile: stop, no report
-                await self.end_lost(entry)
-                self.pending.discard(key)
-                self._forget(attempt)
-                continue
-            if self.follows_across_restarts and await self.adopt(attempt):
+            if key not in self.stop_requested and self.follows_across_restarts \
+                    and await self.adopt(attempt):  # fmt: skip
                 self.running[attempt.job_id] = attempt
-                attempt.task = asyncio.create_task(self._run(attempt))
+                attempt.task = asyncio.create_task(self.follow(attempt))
                 await asyncio.sleep(0)  # its first step runs: a stop from now on reaches it
                 self.pending.discard(key)
                 followed += 1
                 continue
             self.pending.discard(key)
+            if key in self.stop_requested:  # the scheduler ended it meanwhile (or `adopt`
+                await self.end_lost(entry)  # found it reported already): stop, no report
+                self._forget(attempt)
+                continue
             status, reason = await self.end_lost(entry) or ("FAILED", LOST)
             attempt = Attempt(entry.job_id, entry.attempt, entry.job_queue, entry.share, {})
             await self.report(attempt, status, reason)
@@ -283,14 +291,18 @@ class Executor:
         (an attempt whose report cannot be sent stays in the ledger for the next start)."""
         if self.watch is not None:
             await self.watch.stop()  # its consumer is about to go quiet on purpose
-        attempts = list(self.running.values())
+        # An attempt the scheduler ended is being stopped (`_stop`): that stop finishes (within
+        # its grace period), it is neither left running nor reported.
+        stopping = [a.task for a in self.running.values() if a.stopping and a.task is not None]
+        attempts = [a for a in self.running.values() if not a.stopping]
         detach = self.follows_across_restarts and self.ledger is not None and not self.stop_jobs
         for attempt in attempts:
             attempt.shutdown = True
             attempt.detached = detach
             if attempt.task is not None:
                 attempt.task.cancel()
-        await asyncio.gather(*(a.task for a in attempts if a.task), return_exceptions=True)
+        await asyncio.gather(*(a.task for a in attempts if a.task), *stopping,
+                             return_exceptions=True)  # fmt: skip
         if detach:
             if attempts:
                 log.info(f"{len(attempts)} attempts keep running; start again to follow them "

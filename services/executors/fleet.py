@@ -182,7 +182,9 @@ class Fleet:
     async def beat(self, record: dict[str, Any]) -> bool:
         """Write this host's heartbeat on the condition that nobody else wrote its key since;
         returns False when the keeper had marked it lost (the caller stops its attempts and
-        beats again, empty)."""
+        beats again, empty).  The first beat of a process takes the key over, and returns
+        False too if its previous run had been declared lost (the attempts it follows were
+        reported FAILED by the keeper)."""
         data = json.dumps(record).encode()
         key = host_key(self.host)
         if self.revision is None:  # the first beat of this process: take over the key
@@ -192,7 +194,7 @@ class Fleet:
                 self.revision = await self.kv.create(key, data)
                 return True
             self.revision = await self.kv.update(key, data, last=entry.revision)
-            return True
+            return json.loads(entry.value or b"{}").get("state") != "lost"
         try:
             self.revision = await self.kv.update(key, data, last=self.revision)
             return True
@@ -205,6 +207,14 @@ class Fleet:
                 return False
             self.revision = await self.kv.update(key, data, last=entry.revision)
             return True
+
+    async def state(self) -> str | None:
+        """This host's state in the fleet ("up", "gone", "lost"), None if it has no key."""
+        try:
+            entry = await self.kv.get(host_key(self.host))
+        except KeyNotFoundError:
+            return None
+        return json.loads(entry.value or b"{}").get("state")
 
     async def leave(self, record: dict[str, Any]) -> None:
         """A clean stop: the key says "gone", so the keeper lowers the capacity at once."""

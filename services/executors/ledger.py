@@ -52,6 +52,7 @@ class Entry:
     exit_file: str | None = None  # where the attempt's shell writes its exit status
     running: bool = False  # RUNNING was reported
     dispatched_at: float | None = None  # the JobDispatched fact's `at` (epoch seconds)
+    gpus: list[str] | None = None  # the GPU agent's: the GPUs the attempt holds
 
 
 class Ledger:

@@ -72,8 +72,12 @@ def command_line(spec: dict) -> list[str]:
 # run the command and write its exit status to EXIT_FILE (a temporary file, then a rename;
 # none when EXIT_FILE is empty).  EOF (the executor died before the ledger had the pid) ends it
 # unrun.  The trap keeps the shell through a SIGTERM to the group until the command has ended
-# (a caught signal is reset to the default in the command, an ignored one would not be).
-GATE = ('f=$1; shift; read -r go || exit 125; trap : HUP INT TERM; "$@" </dev/null; c=$?; '
+# (a caught signal is reset to the default in the command, an ignored one would not be).  The
+# shell's own stderr is /dev/null (it would add "Terminated" to the job's log); the command's
+# is the attempt's (fd 3, closed in the command), set in a subshell that becomes the command
+# (dash says "Terminated" on the stderr of a command's own redirection).
+GATE = ('f=$1; shift; read -r go || exit 125; trap : HUP INT TERM; exec 3>&2 2>/dev/null; '
+        '( exec "$@" </dev/null 2>&3 3>&- ); c=$?; '
         '[ -z "$f" ] || { echo "$c" >"$f.tmp" && mv -f "$f.tmp" "$f"; }; exit "$c"')
 
 
@@ -305,7 +309,12 @@ class ProcessExecutor(Executor):
         self.ledger.record(Entry(attempt.job_id, attempt.attempt, attempt.job_queue,
                                  attempt.share, pid, pid_started, containment.path,
                                  containment.token, exit_file,
-                                 dispatched_at=attempt.dispatched_at))  # fmt: skip
+                                 dispatched_at=attempt.dispatched_at,
+                                 gpus=self.gpus_of(attempt) or None))  # fmt: skip
+
+    def gpus_of(self, attempt: Attempt) -> list[str]:
+        """The GPUs the attempt holds (the GPU agent's; a plain process holds none)."""
+        return []
 
     async def end_processes(self, attempt: Attempt) -> bool:
         """Kill whatever of the attempt is still alive and remove its cgroup; whether nothing

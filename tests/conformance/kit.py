@@ -41,7 +41,7 @@ from quotasched.events.subjects import COMMANDS_STREAM
 from quotasched.services.client import Bus
 from quotasched.services.embedded import EmbeddedServer
 from quotasched.services.scheduler.log import read_messages, sequence_and_time
-from tests.integration.conftest import Process
+from tests.integration.conftest import Process, end_jobs_left_in
 from tests.integration.helpers import eventually, holder_of, read_facts
 
 UNIT = "ml.g5.xlarge"
@@ -216,6 +216,7 @@ class Stack:
             process.signal(signal.SIGTERM)
         for process in reversed(self.processes):
             process.stop()
+        end_jobs_left_in(self.directory)
         self.server.stop()
 
 

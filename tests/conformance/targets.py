@@ -259,6 +259,7 @@ class AgentTarget(_JobScript, ExecutorUnderTest):
                "--grace", "3", "--victim-timeout", "10")  # fmt: skip
     capacity = 3
     created_capacity = 0  # the agents publish their GPUs
+    follows_restarts = True  # started again within --host-timeout (5 s here)
     unplaceable_quantity = 3  # the fleet has 3 GPUs, no host has 3
 
     def __init__(self) -> None:

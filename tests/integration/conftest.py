@@ -63,6 +63,30 @@ class Process:
         return self.log_path.read_text(errors="replace")
 
 
+def end_jobs_left_in(directory: Path) -> None:
+    """SIGKILL what the executors' ledgers under `directory` still list (their attempts' process
+    groups, and their cgroups where they have one): a stopped executor leaves its jobs
+    running for the next one to follow, and a test must leave nothing behind."""
+    from quotasched.services.executors.ledger import Ledger, process_alive
+
+    for path in directory.rglob("executor-*.json"):
+        try:
+            entries = list(Ledger(str(path)).entries.values())
+        except Exception:  # not a ledger, or a damaged one a test wrote on purpose
+            continue
+        for entry in entries:
+            if entry.pid and entry.pid_started and process_alive(entry.pid, entry.pid_started):
+                try:
+                    os.killpg(entry.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            if entry.cgroup and os.path.exists(os.path.join(entry.cgroup, "cgroup.kill")):
+                try:
+                    Path(entry.cgroup, "cgroup.kill").write_text("1")
+                except OSError:
+                    pass
+
+
 @pytest.fixture
 def spawn(tmp_path, nats_server):
     """spawn("scheduler") starts `quotasched scheduler --nats-url ...` in a new process."""
@@ -80,6 +104,7 @@ def spawn(tmp_path, nats_server):
     yield start
     for process in started:
         process.stop()
+    end_jobs_left_in(tmp_path)
 
 
 def wait_until(condition, timeout: float = 20.0, interval: float = 0.05):

@@ -81,6 +81,10 @@ def containers_running(conf: str) -> set[str]:
     return {name for name in listed.stdout.split() if name.startswith("quotasched-")}
 
 
+async def _async(value):
+    return value
+
+
 def start_agent(spawn, tmp_path: Path, conf: str):
     return spawn("agent", "--host", "h1", "--gpus", "0,1", "--capacity-unit", G5,
                  "--service-environment", ENVIRONMENT, "--state-dir", str(tmp_path / "h1"),
@@ -137,15 +141,27 @@ async def test_attempts_run_in_containers_on_their_gpus_and_preemption_stops_the
         await eventually(logged(tmp_path, "wide", "job=wide"), 60, what="wide runs")
         assert containers_running(podman) == {"quotasched-wide-1"}
 
-        # SIGKILL the agent while wide's container runs: started again, it removes it.
+        # SIGKILL the agent while wide's container runs: the container runs on, and the agent
+        # started again follows it (the one host: nobody declares it lost); a termination
+        # then stops it through the runtime.
         agent.kill()
-        start_agent(spawn, tmp_path, podman)
-        await eventually(none_running(podman), 60, what="the orphan removed")
+        again = start_agent(spawn, tmp_path, podman)
 
-        async def wide_failed() -> bool:  # reported lost by the agent's restart
+        async def following() -> bool:
+            return "following 1 attempts" in again.output()
+
+        await eventually(following, 60, what="the restarted agent following wide")
+        assert containers_running(podman) == {"quotasched-wide-1"}
+        assert (1, "FAILED") not in await statuses(bus, "wide")
+        await bus.publish({"kind": "TerminateServiceJob", "jobId": "wide", "reason": "test"},
+                          route=(QUEUE, "team"))  # fmt: skip
+
+        async def wide_failed() -> bool:  # terminated
             return (1, "FAILED") in await statuses(bus, "wide")
 
-        await eventually(wide_failed, 30, what="wide reported FAILED")
+        await eventually(wide_failed, 30, what="wide FAILED (terminated)")
+        await eventually(lambda: _async(containers_running(podman) != {"quotasched-wide-1"}), 60,
+                         what="wide's container stopped by the runtime")  # fmt: skip
         # boxed and plain, requeued by wide's preemption, start again once wide has failed:
         # end them all, so that nothing outlives the test.
         await eventually(lambda: logs_written(tmp_path, ["h1"]), 60, what="every log's first line")

@@ -16,6 +16,7 @@ INSUFFICIENT_CAPACITY exactly once.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 import sys
@@ -118,10 +119,10 @@ def test_the_checker_catches_an_attempt_placed_before_an_orphan_was_stopped():
 # -- running agents ----------------------------------------------------------------------------
 
 
-def start_agent(spawn, tmp_path: Path, host: str, gpus: str):
+def start_agent(spawn, tmp_path: Path, host: str, gpus: str, *more: str):
     return spawn("agent", "--host", host, "--gpus", gpus, "--capacity-unit", G5,
                  "--service-environment", ENVIRONMENT, "--state-dir", str(tmp_path / host),
-                 *FAST)  # fmt: skip
+                 *FAST, *more)  # fmt: skip
 
 
 async def capacities(bus: Bus) -> list[int]:
@@ -256,3 +257,116 @@ async def test_an_attempt_no_single_host_can_place_is_reported_insufficient_once
     per_attempt = [c["attempt"] for c in reports]
     assert len(per_attempt) == len(set(per_attempt)), f"an attempt reported twice: {reports}"
     assert not [r for r in read_records([tmp_path / "h1", tmp_path / "h2"]) if r["event"] == "start"]
+
+
+def waiting_job(pidfile: Path, go: Path) -> str:
+    """Writes its pid, runs until `go` exists (90 s at most), exits 0."""
+    return (f"sh -c 'echo $$ > {pidfile}; i=0; while [ ! -e {go} ] && [ $i -lt 900 ]; "
+            f"do sleep 0.1; i=$((i+1)); done; exit 0'")
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+async def written_pid(pidfile: Path) -> int:
+    async def read():
+        text = pidfile.read_text().strip() if pidfile.exists() else ""
+        return int(text) if text else None
+
+    return await eventually(read, 30, what=f"{pidfile} written")
+
+
+@pytest.mark.parametrize("how", ["sigterm", "sigkill"])
+async def test_a_restarted_agent_follows_its_running_job_and_the_capacity_never_drops(
+        tmp_path, nats_server, spawn, how):  # fmt: skip
+    """One host, GPUs 0 and 1, a host timeout of 30 s.  The agent is stopped (SIGTERM) or
+    killed while a job runs; the job runs on, the host stays in the fleet (the capacity is
+    never lowered), and the agent started again follows that very process: one attempt,
+    STARTING and RUNNING reported once, SUCCEEDED at its end, its GPU given back."""
+    scheduler = spawn("scheduler")
+    pidfile, go = tmp_path / "job.pid", tmp_path / "go"
+    slow = ["--host-timeout", "30"]
+    async with Bus(nats_server.url) as bus:
+        await wait_leading(scheduler)
+        await publish_items(bus, setup_commands(
+            QUEUE, shares=[("team", 2, "RESERVE", "ENABLED")], capacity=0))  # fmt: skip
+        first = start_agent(spawn, tmp_path, "h1", "0,1", *slow)
+        await eventually(lambda: capacity_is(bus, 2), 30, what="capacity 2")
+        await submit(bus, "train", 1, 1, waiting_job(pidfile, go))
+        await eventually(lambda: running_on(tmp_path, ["h1"], "train"), 30, what="train runs")
+        pid = await written_pid(pidfile)
+        if how == "sigterm":
+            assert first.stop() == 0
+            assert "1 attempts keep running; start again to follow them" in first.output()
+        else:
+            first.kill()
+        assert pid_alive(pid), f"the job stopped with its agent ({how})"
+
+        second = start_agent(spawn, tmp_path, "h1", "0,1", *slow)
+        await eventually(lambda: asyncio.sleep(0, "following 1 attempts" in second.output()), 30,
+                         what="the agent following the job")  # fmt: skip
+        job = await bus.request("describe-service-job", jobId="train")
+        assert job["status"] == "RUNNING" and len(job["attempts"]) == 1, job
+        go.touch()
+        await eventually(lambda: asyncio.sleep(0, ("train", 1) in {
+            (r["jobId"], r["attempt"]) for r in read_records([tmp_path / "h1"])
+            if r["event"] == "end"}), 30, what="the end recorded")  # fmt: skip
+        changes = await eventually(lambda: _ended(bus, "train"), 30, what="train's end")
+        assert changes == [(1, "STARTING"), (1, "RUNNING"), (1, "SUCCEEDED")], changes
+        assert await capacities(bus) == [2], "the capacity changed across the restart"
+        assert pidfile.read_text().strip() == str(pid), "the job was started again"
+        # its GPU is free again: a two-GPU job runs
+        await submit(bus, "both", 1, 2, "true")
+        await eventually(lambda: _ended(bus, "both"), 30, what="a two-GPU job after it")
+    starts = [r for r in read_records([tmp_path / "h1"]) if r["event"] == "start"]
+    assert [r["jobId"] for r in starts] == ["train", "both"]
+
+
+async def _ended(bus: Bus, job_id: str):
+    found = await statuses(bus, job_id)
+    return found if found and found[-1][1] in ("SUCCEEDED", "FAILED") else None
+
+
+async def test_an_agent_back_after_its_host_timeout_is_lost_as_before_and_stops_its_job(
+        tmp_path, nats_server, spawn):  # fmt: skip
+    """Two hosts, a host timeout of 1.5 s.  The host running the job is stopped gracefully
+    (its job runs on) and stays away longer than the timeout: the keeper declares it lost and
+    reports the job FAILED (the job's retryStrategy runs it again elsewhere).  Started again,
+    that agent stops the process it left, reports nothing about it, and runs nothing twice."""
+    scheduler = spawn("scheduler")
+    pidfile, go = tmp_path / "job.pid", tmp_path / "go"
+    async with Bus(nats_server.url) as bus:
+        await wait_leading(scheduler)
+        await publish_items(bus, setup_commands(
+            QUEUE, shares=[("team", 2, "RESERVE", "ENABLED")], capacity=0))  # fmt: skip
+        agents = {"h1": start_agent(spawn, tmp_path, "h1", "0"),
+                  "h2": start_agent(spawn, tmp_path, "h2", "1")}
+        await eventually(lambda: capacity_is(bus, 2), 30, what="capacity 2 (two hosts)")
+        await submit(bus, "train", 1, 1, waiting_job(pidfile, go))
+        host = await eventually(lambda: running_on(tmp_path, ["h1", "h2"], "train"), 30,
+                                what="train runs")  # fmt: skip
+        pid = await written_pid(pidfile)
+        assert agents[host].stop() == 0
+        await eventually(lambda: capacity_is(bus, 1), 30, what=f"{host} lost")
+        lost = [f for f in await read_facts(bus.js) if f["kind"] == "JobStatusChanged"
+                and (f.get("statusReason") or "").startswith(f"Host {host} lost")]  # fmt: skip
+        assert [(f["jobId"], f["attempt"], f["status"]) for f in lost] == [("train", 1, "FAILED")]
+        assert pid_alive(pid), "the job runs on, on a host the fleet gave up"
+
+        gpus = "0" if host == "h1" else "1"
+        start_agent(spawn, tmp_path, host, gpus)
+        await eventually(lambda: asyncio.sleep(0, not pid_alive(pid)), 30,
+                         what="the job the lost host left stopped")  # fmt: skip
+        await eventually(lambda: capacity_is(bus, 2), 30, what=f"{host} back")
+        reports = [c for _, c in await read_stream(bus.js, COMMANDS_STREAM, "qm.cmd.>")
+                   if c and c.get("kind") == "ReportJobStatus" and c["jobId"] == "train"]
+        assert [(c["attempt"], c["status"]) for c in reports] == [
+            (1, "STARTING"), (1, "RUNNING"), (1, "FAILED")], "reported again by the lost host"
+        assert reports[-1]["statusReason"].startswith(f"Host {host} lost")
+    starts = [r for r in read_records([tmp_path / "h1", tmp_path / "h2"]) if r["event"] == "start"]
+    assert [(r["jobId"], r["attempt"]) for r in starts] == [("train", 1)]

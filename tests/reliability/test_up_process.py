@@ -24,7 +24,7 @@ import pytest
 
 from quotasched.services.client import Bus
 from quotasched.services.embedded import free_port
-from tests.integration.conftest import QUOTASCHED, Process
+from tests.integration.conftest import QUOTASCHED, Process, end_jobs_left_in
 from quotasched.events.subjects import FACTS_STREAM
 from tests.integration.helpers import (
     NO_TICKS,
@@ -129,6 +129,7 @@ def ups(tmp_path):
     for pid in servers:
         if alive(pid):
             os.kill(pid, signal.SIGKILL)
+    end_jobs_left_in(tmp_path)
 
 
 def run_up(*args: str) -> subprocess.CompletedProcess:

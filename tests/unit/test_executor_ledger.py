@@ -177,9 +177,14 @@ async def test_an_attempt_preempted_while_no_executor_ran_is_stopped_not_followe
     reports = Reports()
     executor = SimulatedExecutor(reports, speed=1.0, ledger=Ledger(str(path)))
     executor.learn(submitted("gone", duration="60"))
-    # delivered before `recover` (the broker starts first): kept for it
-    await executor.on_fact({"kind": "JobPreempted", "jobId": "gone", "attempt": 1})
+    # delivered before `recover` (the broker starts first): kept for it, and handled (then
+    # acked) only once `recover` has stopped it
+    handling = asyncio.create_task(
+        executor.on_fact({"kind": "JobPreempted", "jobId": "gone", "attempt": 1}))
+    await asyncio.sleep(0.05)
+    assert not handling.done()
     assert await executor.recover() == 1
+    await asyncio.wait_for(handling, 5.0)
     assert "gone" not in executor.running
     assert reports.sent == [] and listed(path) == []
 
