@@ -142,9 +142,8 @@ def check_attempt_file(verb: str, path: Path) -> None:
 
 StopJobs = Annotated[bool, typer.Option(
     "--stop-jobs", help="On a shutdown, stop the jobs this executor runs and report them FAILED. "
-                        "Default: the process and simulated executors and the GPU agent "
-                        "leave them running, and the next start on the same state follows "
-                        "them to their end (the sagemaker executor always stops them).")]
+                        "Default: every executor leaves them running, and the next one "
+                        "started on the same state follows them to their end.")]
 
 
 def up(
@@ -178,8 +177,7 @@ def up(
     `AWS_ENDPOINT_URL_BATCH=http://127.0.0.1:PORT`, the AWS Batch endpoint for the real AWS CLI
     and boto3 (unless --aws-port off); the third, `WEB=http://127.0.0.1:PORT`, the live web view
     (unless --web-port off).  Ctrl-C stops it
-    all cleanly, except the running jobs of the process and simulated executors and the
-    GPU agent, which run on
+    all cleanly, except the running jobs, which run on
     (--stop-jobs stops them too); starting again on the same --data-dir resumes where it
     stopped and follows those jobs to their end.  The projector
     keeps --db up to date with the fact log and answers queries over NATS (qm.proj.*); while it
@@ -371,13 +369,12 @@ def executor_command(
 ) -> None:
     """Run an executor: it starts dispatched jobs and reports their status.
 
-    Stopping it does not stop its jobs (process and simulated kinds): on a shutdown
+    Stopping it does not stop its jobs: on a shutdown
     (SIGTERM, Ctrl-C) or a crash (SIGKILL) the attempts it runs keep running, and the next
     executor started with the same --name and --state-dir follows each to its end and reports
-    how it ended (one that ended meanwhile, from its exit status).  With --stop-jobs, and for
-    the sagemaker kind, a shutdown stops them and reports them FAILED, so the scheduler frees
-    their capacity and each job's retryStrategy decides what happens next; the next start
-    does the same for what a crashed one left.
+    how it ended (one that ended meanwhile, from its exit status).  With --stop-jobs a
+    shutdown stops them and reports them FAILED, so the scheduler frees their capacity and
+    each job's retryStrategy decides what happens next.
     """
     import asyncio
 

@@ -12,13 +12,13 @@ are remembered, so a redelivered dispatch is ignored.
 
 With a `Ledger` (ledger.py) the attempts being run are also kept in a file, and stopping the
 executor is not stopping its jobs.  An executor that can follow its attempts across a restart
-(`follows_across_restarts`: the process and simulated executors) leaves them running when it
+(`follows_across_restarts`: every built-in one) leaves them running when it
 is shut down, says how many in one line, and the next one started on the same ledger
 (`recover`) follows each again: a process still running is watched to its end, one that ended
 meanwhile is reported as it ended (its exit status file), and only an attempt gone without a
 trace is reported FAILED.  `stop_jobs` (`--stop-jobs`) makes a shutdown stop and report them
-FAILED instead.  The other executors (SageMaker, the GPU agent) still report FAILED what a
-shutdown interrupts, and the next start stops what a killed one left and reports it FAILED.
+FAILED instead.  An executor that cannot follow them reports FAILED what a shutdown
+interrupts, and its next start stops what a killed one left and reports it FAILED.
 A report about an attempt that had already ended is ignored by the scheduler
 (JobReportIgnored), so these reports are always safe.
 """

@@ -5,8 +5,8 @@ attempts it was running without anybody to report on them: the scheduler would k
 RUNNING, holding capacity, until their attempt timeout (or forever without one).  So every
 attempt is written here when it starts and removed once its end is reported or the scheduler
 ended it; whatever the file still lists when the executor starts again, `Executor.recover`
-takes over: an executor that can follow its attempts across a restart (the process and the
-simulated ones) follows each again and reports its real end; the others report it FAILED
+takes over: an executor that can follow its attempts across a restart (every built-in one)
+follows each again and reports its real end; another reports it FAILED
 (the job's retryStrategy then decides between a retry and FAILED, as for any failed attempt).
 
 A local process outlives its executor (it runs in its own session), so the file also records

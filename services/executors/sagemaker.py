@@ -14,8 +14,11 @@ The job is then followed with DescribeTrainingJob, with back-off (`poll_s` doubl
 or INSUFFICIENT_CAPACITY when SageMaker could not get the instances (the scheduler then puts
 the job back in its queue).  A preemption or a scheduler-side end stops it (StopTrainingJob)
 and waits until SageMaker says it has stopped, so a preemptor never starts on instances a
-victim still holds.  After a crash, the next executor stops the attempts the ledger lists, by
-name, and reports how each ended.
+victim still holds.  A training job runs whatever happens to its caller, so stopping the executor
+(SIGTERM or SIGKILL) leaves it running, and the next executor on the same ledger follows each
+attempt the ledger lists by its name (`resumed`): a job still InProgress or Stopping is followed
+to its end, one that ended meanwhile is reported as it ended, and one never created is created
+now (the name makes that the first create).  `--stop-jobs` stops them on a shutdown instead.
 
 boto3 finds the endpoint, region and credentials its usual way (AWS_ENDPOINT_URL_SAGEMAKER,
 AWS_PROFILE, AWS_REGION, instance roles, ...).  Its calls block, so they run in threads.
@@ -123,6 +126,23 @@ def create_outcome(code: str, message: str) -> str | tuple[str, str]:
     return "unknown"
 
 
+def resumed(description: dict[str, Any] | None,
+            running_reported: bool) -> str | tuple[str, str | None]:  # fmt: skip
+    """What an executor started again does with an attempt its predecessor created: "create"
+    (no such training job: the predecessor stopped before creating it), "follow" (still
+    InProgress, Stopping, ...: follow it), or the (status, reason) it ended with meanwhile
+    (INSUFFICIENT_CAPACITY is FAILED once RUNNING was reported: the scheduler takes a
+    capacity bounce before RUNNING only)."""
+    if description is None:
+        return "create"
+    news = report_for(description)
+    if news is None or news[0] in ORDER:
+        return "follow"
+    if news[0] == "INSUFFICIENT_CAPACITY" and running_reported:
+        return "FAILED", news[1]
+    return news
+
+
 def training_request(spec: dict[str, Any], job_id: str, attempt: int) -> dict[str, Any]:
     """The attempt's CreateTrainingJob request: the job's payload under the attempt's name,
     with the payload's tags plus (replacing any of the same keys) quotasched's two."""
@@ -162,6 +182,7 @@ def _setting(given: float | None, variable: str, default: float) -> float:
 class SageMakerExecutor(Executor):
     name = "sagemaker"
     reports_progress = True  # STARTING once created, RUNNING once SageMaker says it trains
+    follows_across_restarts = True  # a training job runs on: followed again by its name
 
     def __init__(self, publish: Publish, ledger: Ledger | None = None, client: Any = None,
                  poll_s: float | None = None, poll_max_s: float | None = None,
@@ -178,9 +199,20 @@ class SageMakerExecutor(Executor):
         # the create to return before it stops the job (else the job would start after it).
         self.creating: dict[str, asyncio.Future] = {}
 
+    async def adopt(self, attempt: Attempt) -> bool:
+        return True  # looked up by its name (`execute`)
+
     async def execute(self, attempt: Attempt) -> tuple[str, str | None]:
+        name = training_job_name(attempt.job_id, attempt.attempt)
+        if attempt.adopted is not None:  # left by the previous executor
+            running = attempt.adopted.running
+            step = resumed(await self._describe(name), running)
+            if step == "follow":
+                log.info("following a training job a previous executor created", training_job=name)
+                return await self._follow(attempt, name, "RUNNING" if running else "STARTING")
+            if step != "create":
+                return step
         request = training_request(attempt.spec, attempt.job_id, attempt.attempt)
-        name = request["TrainingJobName"]
         created = await self._create(name, request)
         if created is not None:
             return created
@@ -215,10 +247,11 @@ class SageMakerExecutor(Executor):
         log.info("training job created", training_job=name)
         return None
 
-    async def _follow(self, attempt: Attempt, name: str) -> tuple[str, str | None]:
+    async def _follow(self, attempt: Attempt, name: str,
+                      reported: str = "STARTING") -> tuple[str, str | None]:  # fmt: skip
         """DescribeTrainingJob until the job ends, reporting its progress as it goes (first
-        after `poll_s`: a job just created is still starting)."""
-        reported = "STARTING"
+        after `poll_s`: a job just created is still starting); `reported`: the progress
+        already reported."""
         delays = backoff(self.poll_s, self.poll_max_s)
         while True:
             await asyncio.sleep(next(delays))
@@ -230,6 +263,8 @@ class SageMakerExecutor(Executor):
                 if ORDER[news[0]] > ORDER[reported]:
                     await self.report(attempt, news[0])
                     reported = news[0]
+                    if reported == "RUNNING":
+                        self.noted_running(attempt)
                     delays = backoff(self.poll_s, self.poll_max_s)  # follow the next one soon
             elif news is not None:
                 status, reason = news

@@ -209,6 +209,11 @@ class SageMakerTarget(_OneProcess):
         "preemptor_starts_after_its_victims_stopped": INSTANT_REASON.format("preempt"),
         "a_late_report_about_a_preempted_attempt_changes_nothing": INSTANT_REASON.format("preempt"),
         "terminate_stops_the_running_attempt": INSTANT_REASON.format("terminate"),
+        "a_restart_follows_the_running_attempts":
+            "moto completes every training job at creation: no attempt is ever running to "
+            "follow across a restart; following one by its name after SIGTERM and SIGKILL is "
+            "tested in tests/integration/test_sagemaker_executor.py, what a restart does with "
+            "each status in tests/unit/test_sagemaker_executor.py",
         "an_attempt_that_cannot_be_placed_is_reported_insufficient_capacity":
             "moto never refuses or fails a training job for capacity; the mapping of "
             "ResourceLimitExceeded and CapacityError is unit-tested",

@@ -203,14 +203,14 @@ async def test_each_attempt_is_a_training_job_under_its_describe_service_job_nam
     assert "RoleArn" in failed["statusReason"]
 
 
+@pytest.mark.parametrize("how", ["sigkill", "sigterm"])
 async def test_a_killed_executors_training_job_is_never_created_twice(
-        nats_server, spawn, sagemaker):  # fmt: skip
+        nats_server, spawn, sagemaker, how):  # fmt: skip
     """The first executor creates the training job, reports STARTING and is killed (SIGKILL)
-    before it first looks at the job (its first poll is 10 minutes away).  The next one, on the same
-    state directory, finds the attempt in the ledger: it asks SageMaker to stop that training
-    job by its name (moto cannot: HTTP 500), reads how it ended (Completed) and reports it
-    SUCCEEDED.  The job had two attempts to spare: none is used, and CreateTrainingJob was
-    called once."""
+    or stopped (SIGTERM: it leaves the training job running) before it first looks at the job (its first poll is 10 minutes away).  The next one, on the same
+    state directory, finds the attempt in the ledger and follows that training job by its
+    name: it never stops it, reads how it ended (Completed) and reports it SUCCEEDED.  The job
+    had two attempts to spare: none is used, and CreateTrainingJob was called once."""
     scheduler = spawn("scheduler")
     name = training_job_name("long", 1)
     async with Bus(nats_server.url) as bus:
@@ -224,7 +224,11 @@ async def test_a_killed_executors_training_job_is_never_created_twice(
 
         await eventually(starting, 30, what="attempt 1 STARTING")
         assert [c["TrainingJobName"] for c in sagemaker.calls("CreateTrainingJob")] == [name]
-        first.kill()
+        if how == "sigkill":
+            first.kill()
+        else:
+            assert first.stop() == 0
+            assert "1 attempts keep running; start again to follow them" in first.output()
 
         spawn("executor", "--kind", "sagemaker", **executor_env(sagemaker))
         facts = await eventually(lambda: _ended(bus, "long"), 30, what="long ended")
@@ -233,6 +237,6 @@ async def test_a_killed_executors_training_job_is_never_created_twice(
 
     assert _reports(facts, "long") == [(1, "STARTING"), (1, "SUCCEEDED")]
     assert [c["TrainingJobName"] for c in sagemaker.calls("CreateTrainingJob")] == [name]
-    # asked to stop by its name (botocore retries moto's HTTP 500 a few times)
-    assert {c["TrainingJobName"] for c in sagemaker.calls("StopTrainingJob")} == {name}
+    assert not sagemaker.calls("StopTrainingJob"), "a restart stopped the training job"
+    assert {c["TrainingJobName"] for c in sagemaker.calls("DescribeTrainingJob")} == {name}
     assert [f["attempt"] for f in facts if f["kind"] == "JobDispatched"] == [1]

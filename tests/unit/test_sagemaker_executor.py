@@ -27,6 +27,7 @@ from quotasched.services.executors.sagemaker import (
     is_capacity_failure,
     not_found,
     report_for,
+    resumed,
     stop_confirmed,
     training_request,
 )
@@ -217,3 +218,30 @@ def test_the_name_is_describe_service_jobs_and_one_sagemaker_accepts(job_id, att
     assert training_job_arn(job_id, attempt).endswith(f":training-job/{name}")
     rule = MODEL.shape_for("TrainingJobName").metadata
     assert len(name) <= rule["max"] and re.fullmatch(rule["pattern"], name), name
+
+
+# -- a restart: what the next executor does with a training job its predecessor created -------
+
+
+@pytest.mark.parametrize(("description", "running", "expected"), [
+    # never created (the predecessor stopped between the ledger and CreateTrainingJob)
+    (None, False, "create"),
+    # still running or stopping: followed, never stopped, never created again
+    (described("InProgress", "Starting"), False, "follow"),
+    (described("InProgress", "Training"), True, "follow"),
+    (described("InProgress", "Training"), False, "follow"),  # RUNNING comes from _follow
+    (described("Stopping", "Stopping"), True, "follow"),
+    # ended while no executor watched: reported as it ended
+    (described("Completed", "Completed"), True, ("SUCCEEDED", None)),
+    (described("Failed", "Failed", "AlgorithmError: exit 1"), True,
+     ("FAILED", "AlgorithmError: exit 1")),
+    (described("Stopped", "MaxRuntimeExceeded"), True,
+     ("FAILED", "Training job stopped by SageMaker: MaxRuntimeExceeded")),
+    # a capacity failure is a bounce only before RUNNING was reported
+    (described("Failed", "Failed", "CapacityError: Unable to provision"), False,
+     ("INSUFFICIENT_CAPACITY", "CapacityError: Unable to provision")),
+    (described("Failed", "Failed", "CapacityError: Unable to provision"), True,
+     ("FAILED", "CapacityError: Unable to provision")),
+])  # fmt: skip
+def test_a_restarted_executor_follows_what_its_predecessor_created(description, running, expected):
+    assert resumed(description, running) == expected
