@@ -9,14 +9,16 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import subprocess
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from quotasched.services.executors.base import VANISHED
-from quotasched.services.executors.ledger import Ledger, process_alive
-from quotasched.services.executors.process import ProcessExecutor
+from quotasched.services.executors.base import LOST, VANISHED
+from quotasched.services.executors.ledger import Entry, Ledger, process_alive, process_started
+from quotasched.services.executors.process import GATE, ProcessExecutor
 from tests.unit.test_executor_ledger import Reports, dispatched, listed, submitted
 
 
@@ -178,5 +180,115 @@ async def test_a_restart_never_runs_an_attempt_twice(tmp_path, delay):
         await ended(second, "once")
         assert runs.read_text().splitlines() == ["run"]
         assert reports.of("once")[-1] == (1, "SUCCEEDED", None)
+    finally:
+        await second.close()
+
+
+# -- a restart at each step of a start and of a stop -------------------------------------------
+
+
+async def test_a_restart_between_the_ledger_and_the_spawn_runs_nothing_and_reports_it_lost(
+        tmp_path):  # fmt: skip
+    """The executor noted the attempt, then died before spawning it (the entry has no pid):
+    the next one never runs it, also when its dispatch is delivered again, and reports it
+    FAILED as lost (its retryStrategy decides)."""
+    path, marker = tmp_path / "executor-process.json", tmp_path / "ran"
+    Ledger(str(path)).record(Entry("early", 1, "q", "qs1"))
+    reports = Reports()
+    executor = ProcessExecutor(reports, grace_s=2.0, ledger=Ledger(str(path)))
+    command = f"touch {marker}"
+    executor.learn(submitted("early", command=command))
+    await executor.on_fact(dispatched("early"))  # redelivered: not started
+    try:
+        await executor.recover()
+        assert reports.of("early") == [(1, "FAILED", LOST)]
+        await asyncio.sleep(0.3)
+        assert not marker.exists() and listed(path) == []
+    finally:
+        await executor.close()
+
+
+async def test_a_restart_before_the_go_leaves_the_command_unrun(tmp_path):
+    """The executor spawned the attempt's shell and wrote its pid, then died before the go:
+    the shell reads EOF and exits unrun (125, no exit status); the next executor reports the
+    attempt FAILED, and the command never ran."""
+    path, marker = tmp_path / "executor-process.json", tmp_path / "ran"
+    exit_file = tmp_path / "exit"
+    wait, go = os.pipe()
+    shell = subprocess.Popen(["/bin/sh", "-c", GATE, "sh", str(exit_file), "touch", str(marker)],
+                             stdin=wait, start_new_session=True)  # fmt: skip
+    os.close(wait)
+    Ledger(str(path)).record(Entry("gate", 1, "q", "qs1", shell.pid, process_started(shell.pid),
+                                   exit_file=str(exit_file)))  # fmt: skip
+    os.close(go)  # the executor dies: its end of the pipe closes
+    assert shell.wait(5) == 125
+    reports = Reports()
+    executor = ProcessExecutor(reports, grace_s=2.0, ledger=Ledger(str(path)))
+    try:
+        await executor.recover()
+        await ended(executor, "gate")
+        assert reports.of("gate") == [(1, "FAILED", VANISHED)]
+        assert not marker.exists() and not exit_file.exists()
+    finally:
+        await executor.close()
+
+
+async def test_a_restart_before_running_was_reported_reports_it_once(tmp_path):
+    """The process runs but the executor died before it reported RUNNING (the ledger says
+    so): the next one reports RUNNING once, then the end."""
+    path, pidfile, go = tmp_path / "executor-process.json", tmp_path / "pid", tmp_path / "go"
+    jobs = {"slow": job(pidfile, f"while [ ! -e {go} ]; do sleep 0.05; done")}
+    silent = Reports()
+    first = await start(path, silent, jobs)
+    await pid_in(pidfile)
+    await first.close()
+    ledger = Ledger(str(path))
+    [entry] = ledger.entries.values()
+    ledger.record(replace(entry, running=False))  # as if it died before the report
+    reports = Reports()
+    second = await restart(path, reports, jobs)
+    try:
+        await asyncio.sleep(0.2)
+        assert reports.of("slow") == [(1, "RUNNING", None)]
+        go.touch()
+        await ended(second, "slow")
+        assert reports.of("slow") == [(1, "RUNNING", None), (1, "SUCCEEDED", None)]
+    finally:
+        await second.close()
+
+
+async def test_a_restart_in_the_middle_of_a_preemption_stops_the_victim_before_the_preemptor(
+        tmp_path):  # fmt: skip
+    """The executor was stopped while the victim ran; its JobPreempted and the preemptor's
+    JobDispatched (afterPreemptionOf: victim) are delivered to the next executor before it
+    has taken the victim over.  The victim is stopped (its SIGTERM handler runs), nothing is
+    reported about it, and the preemptor's command starts only after the victim's ended."""
+    path, pidfile = tmp_path / "executor-process.json", tmp_path / "pid"
+    victim_end, preemptor_start = tmp_path / "victim.end", tmp_path / "preemptor.start"
+    jobs = {"victim": job(pidfile, f"trap \"sleep 0.5; date +%s.%N > {victim_end}; exit 0\" "
+                                   "TERM; sleep 300 & wait"),
+            "preemptor": f"sh -c 'date +%s.%N > {preemptor_start}'"}
+    first = await start(path, Reports(), {"victim": jobs["victim"]})
+    pid = await pid_in(pidfile)
+    await first.close()
+    reports = Reports()
+    second = ProcessExecutor(reports, grace_s=5.0, ledger=Ledger(str(path)))
+    for job_id, command in jobs.items():
+        second.learn(submitted(job_id, command=command))
+    # delivered once the broker starts, before `recover`: neither may act on its own
+    preempted = asyncio.create_task(
+        second.on_fact({"kind": "JobPreempted", "jobId": "victim", "attempt": 1}))
+    dispatch = asyncio.create_task(
+        second.on_fact({**dispatched("preemptor"), "afterPreemptionOf": ["victim"]}))
+    await asyncio.sleep(0.1)
+    assert not preemptor_start.exists()
+    try:
+        await second.recover()
+        await asyncio.wait_for(asyncio.gather(preempted, dispatch), 15.0)
+        await ended(second, "preemptor")
+        assert not alive(pid)
+        assert float(victim_end.read_text()) <= float(preemptor_start.read_text())
+        assert reports.of("victim") == []
+        assert reports.of("preemptor")[-1] == (1, "SUCCEEDED", None)
     finally:
         await second.close()
