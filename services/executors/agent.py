@@ -33,7 +33,7 @@ import os
 import re
 import socket
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from quotasched.events.base import is_path_component
@@ -140,6 +140,7 @@ class GpuAgent(ProcessExecutor):
         # out twice) and before the fleet is watched (a victim on another host looks stopped).
         self.joined = asyncio.Event()
         self._beating: asyncio.Task | None = None
+        self._mirrored = -1  # the ledger version last copied to the fleet's KV
 
     # -- the fact log ------------------------------------------------------------------------
 
@@ -356,6 +357,7 @@ class GpuAgent(ProcessExecutor):
     def note(self, attempt: Attempt, pid: int | None = None, pid_started: str | None = None,
              exit_file: str | None = None) -> None:  # fmt: skip
         super().note(attempt, pid, pid_started, exit_file)
+        self.changed.set()  # beat now: the ledger's copy in the fleet follows
         if pid is not None:
             self.record("start", attempt, gpus=self.gpus_of(attempt), pid=pid)
 
@@ -444,11 +446,20 @@ class GpuAgent(ProcessExecutor):
             try:
                 if not await self.fleet.beat(self.heartbeat()):
                     await self._fenced()
+                await self._mirror()
                 await self.fleet.keep(self._report_for_keeper)
             except asyncio.CancelledError:
                 raise
             except Exception as error:  # the bus is away: the next beat tries again
                 log.warning("heartbeat failed", host=self.options.host, error=repr(error))
+
+    async def _mirror(self) -> None:
+        """Copy the ledger to the fleet's KV when it changed since the last copy."""
+        if self.ledger is None or self.ledger.version == self._mirrored:
+            return
+        version = self.ledger.version
+        await self.fleet.save_ledger([asdict(entry) for entry in self.ledger.entries.values()])
+        self._mirrored = version
 
     async def _fenced(self) -> None:
         """Declared lost while alive (too slow): the keeper reported this host's attempts
@@ -477,6 +488,11 @@ class GpuAgent(ProcessExecutor):
         await asyncio.gather(*(task for _, task in list(self.placing.values())), return_exceptions=True)
         kept = bool(self.running) and self.ledger is not None and not self.stop_jobs
         await super().close()
+        try:
+            await self._mirror()
+        except Exception as error:  # the bus is gone: the local ledger still has them
+            log.warning("could not copy the ledger to the fleet", host=self.options.host,
+                        error=repr(error))  # fmt: skip
         if kept:
             log.info(f"host {self.options.host} stays in the fleet: start this agent again "
                      f"within --host-timeout ({self.options.host_timeout_s:g} s) to follow "
@@ -511,6 +527,16 @@ async def build_agent(broker, nc, options: AgentOptions, state_dir: str | None):
     kv = await fleet_bucket(nc.jetstream())
     fleet = Fleet(kv, nc, publish, options.host, options.service_environment,
                   heartbeat_s=options.heartbeat_s, host_timeout_s=options.host_timeout_s)  # fmt: skip
-    ledger = Ledger(os.path.join(state_dir, f"{options.durable}.json")) if state_dir else None
+    ledger = None
+    if state_dir:
+        path = os.path.join(state_dir, f"{options.durable}.json")
+        missing = not os.path.exists(path)
+        ledger = Ledger(path)
+        saved = await fleet.saved_ledger() if missing else []
+        for fields in saved:  # a host started again without its state directory
+            ledger.record(Entry(**fields))
+        if saved:
+            log.warning(f"no ledger at {path}: following the {len(saved)} attempts of this "
+                        "host's copy in the fleet", host=options.host)  # fmt: skip
     agent = GpuAgent(publish, options, fleet, ledger=ledger, state_dir=state_dir)
     return subscribe(broker, agent, options.durable, f"{FACTS_PREFIX}.>")

@@ -216,6 +216,18 @@ class Fleet:
             return None
         return json.loads(entry.value or b"{}").get("state")
 
+    async def save_ledger(self, entries: list[dict[str, Any]]) -> None:
+        """This host's copy of its ledger (`ledger.<host>`): what an agent started again
+        without its state directory (a reinstalled host) follows."""
+        await self.kv.put(f"ledger.{self.host}", json.dumps(entries).encode())
+
+    async def saved_ledger(self) -> list[dict[str, Any]]:
+        try:
+            entry = await self.kv.get(f"ledger.{self.host}")
+        except KeyNotFoundError:
+            return []
+        return json.loads(entry.value or b"[]")
+
     async def leave(self, record: dict[str, Any]) -> None:
         """A clean stop: the key says "gone", so the keeper lowers the capacity at once."""
         if self.revision is None:

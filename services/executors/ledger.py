@@ -60,16 +60,19 @@ class Ledger:
         self.path = path
         self.entries: dict[tuple[str, int], Entry] = self._read()
         self._lines = 0  # lines in the file since it was last compacted
+        self.version = 0  # bumped by every change (the GPU agent mirrors the entries to KV)
         if os.path.exists(path):
             self._compact()
 
     def record(self, entry: Entry) -> None:
         self.entries[(entry.job_id, entry.attempt)] = entry
+        self.version += 1
         self._append({"add": asdict(entry)})
 
     def forget(self, job_id: str, attempt: int) -> None:
         entry = self.entries.pop((job_id, attempt), None)
         if entry is not None:
+            self.version += 1
             self._append({"end": [job_id, attempt]})
             if entry.exit_file is not None:  # its end is reported: its status is not needed
                 try:

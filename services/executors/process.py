@@ -69,8 +69,8 @@ def command_line(spec: dict) -> list[str]:
 
 
 # `sh -c GATE sh EXIT_FILE <command...>`: wait for the executor's go (a line on stdin), then
-# run the command and write its exit status to EXIT_FILE (a temporary file, then a rename;
-# none when EXIT_FILE is empty).  EOF (the executor died before the ledger had the pid) ends it
+# run the command and write its exit status to EXIT_FILE (a temporary file, then a rename, its
+# directory made again if it is gone; none when EXIT_FILE is empty).  EOF (the executor died before the ledger had the pid) ends it
 # unrun.  The trap keeps the shell through a SIGTERM to the group until the command has ended
 # (a caught signal is reset to the default in the command, an ignored one would not be).  The
 # shell's own stderr is /dev/null (it would add "Terminated" to the job's log); the command's
@@ -78,7 +78,8 @@ def command_line(spec: dict) -> list[str]:
 # (dash says "Terminated" on the stderr of a command's own redirection).
 GATE = ('f=$1; shift; read -r go || exit 125; trap : HUP INT TERM; exec 3>&2 2>/dev/null; '
         '( exec "$@" </dev/null 2>&3 3>&- ); c=$?; '
-        '[ -z "$f" ] || { echo "$c" >"$f.tmp" && mv -f "$f.tmp" "$f"; }; exit "$c"')
+        '[ -z "$f" ] || { mkdir -p "${f%/*}"; echo "$c" >"$f.tmp" && mv -f "$f.tmp" "$f"; }; '
+        'exit "$c"')
 
 
 def outcome(code: int) -> tuple[str, str | None]:

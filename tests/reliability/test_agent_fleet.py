@@ -370,3 +370,44 @@ async def test_an_agent_back_after_its_host_timeout_is_lost_as_before_and_stops_
         assert reports[-1]["statusReason"].startswith(f"Host {host} lost")
     starts = [r for r in read_records([tmp_path / "h1", tmp_path / "h2"]) if r["event"] == "start"]
     assert [(r["jobId"], r["attempt"]) for r in starts] == [("train", 1)]
+
+
+async def test_an_agent_started_again_without_its_state_directory_follows_the_fleets_copy(
+        tmp_path, nats_server, spawn):  # fmt: skip
+    """A reinstalled host: the agent is killed while a job runs, and its whole state directory
+    (ledger, exit statuses, logs) is gone.  Started again with an empty one, it takes the
+    attempts from its ledger's copy in the fleet's KV (`ledger.<host>`) and follows the very
+    process to its end: one attempt, SUCCEEDED."""
+    import shutil
+
+    scheduler = spawn("scheduler")
+    pidfile, go = tmp_path / "job.pid", tmp_path / "go"
+    slow = ["--host-timeout", "30"]
+    async with Bus(nats_server.url) as bus:
+        await wait_leading(scheduler)
+        await publish_items(bus, setup_commands(
+            QUEUE, shares=[("team", 1, "RESERVE", "ENABLED")], capacity=0))  # fmt: skip
+        first = start_agent(spawn, tmp_path, "h1", "0", *slow)
+        await eventually(lambda: capacity_is(bus, 1), 30, what="capacity 1")
+        await submit(bus, "train", 1, 1, waiting_job(pidfile, go))
+        await eventually(lambda: running_on(tmp_path, ["h1"], "train"), 30, what="train runs")
+        pid = await written_pid(pidfile)
+
+        async def copied():
+            kv = await bus.js.key_value("QM_FLEET")
+            entries = json.loads((await kv.get("ledger.h1")).value)
+            return [e for e in entries if e["job_id"] == "train" and e["running"]] or None
+
+        await eventually(copied, 10, what="the ledger's copy in the fleet")
+        first.kill()
+        shutil.rmtree(tmp_path / "h1")
+        assert pid_alive(pid)
+
+        second = start_agent(spawn, tmp_path, "h1", "0", *slow)
+        await eventually(lambda: asyncio.sleep(0, "following 1 attempts" in second.output()), 30,
+                         what="the agent following the job from the fleet's copy")  # fmt: skip
+        assert "this host's copy in the fleet" in second.output()
+        go.touch()
+        changes = await eventually(lambda: _ended(bus, "train"), 30, what="train's end")
+        assert changes == [(1, "STARTING"), (1, "RUNNING"), (1, "SUCCEEDED")], changes
+        assert await capacities(bus) == [1]
