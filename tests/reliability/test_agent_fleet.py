@@ -281,6 +281,23 @@ async def written_pid(pidfile: Path) -> int:
     return await eventually(read, 30, what=f"{pidfile} written")
 
 
+async def one_host_running_a_job(bus: Bus, spawn, tmp_path: Path, gpus: str, pidfile: Path,
+                                  go: Path):  # fmt: skip
+    """Host h1 with `gpus` (its host timeout 30 s) running `train`, a job that waits for `go`:
+    (the agent, the job's pid)."""
+    count = len(gpus.split(","))
+    await publish_items(bus, setup_commands(
+        QUEUE, shares=[("team", count, "RESERVE", "ENABLED")], capacity=0))  # fmt: skip
+    agent = start_agent(spawn, tmp_path, "h1", gpus, *SLOW)
+    await eventually(lambda: capacity_is(bus, count), 30, what=f"capacity {count}")
+    await submit(bus, "train", 1, 1, waiting_job(pidfile, go))
+    await eventually(lambda: running_on(tmp_path, ["h1"], "train"), 30, what="train runs")
+    return agent, await written_pid(pidfile)
+
+
+SLOW = ["--host-timeout", "30"]
+
+
 @pytest.mark.parametrize("how", ["sigterm", "sigkill"])
 async def test_a_restarted_agent_follows_its_running_job_and_the_capacity_never_drops(
         tmp_path, nats_server, spawn, how):  # fmt: skip
@@ -290,16 +307,9 @@ async def test_a_restarted_agent_follows_its_running_job_and_the_capacity_never_
     STARTING and RUNNING reported once, SUCCEEDED at its end, its GPU given back."""
     scheduler = spawn("scheduler")
     pidfile, go = tmp_path / "job.pid", tmp_path / "go"
-    slow = ["--host-timeout", "30"]
     async with Bus(nats_server.url) as bus:
         await wait_leading(scheduler)
-        await publish_items(bus, setup_commands(
-            QUEUE, shares=[("team", 2, "RESERVE", "ENABLED")], capacity=0))  # fmt: skip
-        first = start_agent(spawn, tmp_path, "h1", "0,1", *slow)
-        await eventually(lambda: capacity_is(bus, 2), 30, what="capacity 2")
-        await submit(bus, "train", 1, 1, waiting_job(pidfile, go))
-        await eventually(lambda: running_on(tmp_path, ["h1"], "train"), 30, what="train runs")
-        pid = await written_pid(pidfile)
+        first, pid = await one_host_running_a_job(bus, spawn, tmp_path, "0,1", pidfile, go)
         if how == "sigterm":
             assert first.stop() == 0
             assert "1 attempts keep running; start again to follow them" in first.output()
@@ -307,7 +317,7 @@ async def test_a_restarted_agent_follows_its_running_job_and_the_capacity_never_
             first.kill()
         assert pid_alive(pid), f"the job stopped with its agent ({how})"
 
-        second = start_agent(spawn, tmp_path, "h1", "0,1", *slow)
+        second = start_agent(spawn, tmp_path, "h1", "0,1", *SLOW)
         await eventually(lambda: asyncio.sleep(0, "following 1 attempts" in second.output()), 30,
                          what="the agent following the job")  # fmt: skip
         job = await bus.request("describe-service-job", jobId="train")
@@ -382,16 +392,9 @@ async def test_an_agent_started_again_without_its_state_directory_follows_the_fl
 
     scheduler = spawn("scheduler")
     pidfile, go = tmp_path / "job.pid", tmp_path / "go"
-    slow = ["--host-timeout", "30"]
     async with Bus(nats_server.url) as bus:
         await wait_leading(scheduler)
-        await publish_items(bus, setup_commands(
-            QUEUE, shares=[("team", 1, "RESERVE", "ENABLED")], capacity=0))  # fmt: skip
-        first = start_agent(spawn, tmp_path, "h1", "0", *slow)
-        await eventually(lambda: capacity_is(bus, 1), 30, what="capacity 1")
-        await submit(bus, "train", 1, 1, waiting_job(pidfile, go))
-        await eventually(lambda: running_on(tmp_path, ["h1"], "train"), 30, what="train runs")
-        pid = await written_pid(pidfile)
+        first, pid = await one_host_running_a_job(bus, spawn, tmp_path, "0", pidfile, go)
 
         async def copied():
             kv = await bus.js.key_value("QM_FLEET")
@@ -403,7 +406,7 @@ async def test_an_agent_started_again_without_its_state_directory_follows_the_fl
         shutil.rmtree(tmp_path / "h1")
         assert pid_alive(pid)
 
-        second = start_agent(spawn, tmp_path, "h1", "0", *slow)
+        second = start_agent(spawn, tmp_path, "h1", "0", *SLOW)
         await eventually(lambda: asyncio.sleep(0, "following 1 attempts" in second.output()), 30,
                          what="the agent following the job from the fleet's copy")  # fmt: skip
         assert "this host's copy in the fleet" in second.output()
