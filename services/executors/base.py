@@ -274,7 +274,6 @@ class Executor:
                 self._forget(attempt)
                 continue
             status, reason = await self.end_lost(entry) or ("FAILED", LOST)
-            attempt = Attempt(entry.job_id, entry.attempt, entry.job_queue, entry.share, {})
             await self.report(attempt, status, reason)
             self._forget(attempt)
             log.warning("lost attempt reported", job_id=entry.job_id, attempt=entry.attempt)

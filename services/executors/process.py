@@ -245,10 +245,10 @@ class ProcessExecutor(Executor):
         entry = attempt.adopted
         key = (attempt.job_id, attempt.attempt)
         pid, started = entry.pid, entry.pid_started
-        if entry.token:
-            cgroup = entry.cgroup if entry.cgroup and os.path.isdir(entry.cgroup) else None
-            self.containments[key] = Containment(cgroup, entry.token, pid)
-        if pid is not None and started is not None and process_alive(pid, started):
+        contained = left_containment(entry)
+        if contained is not None:
+            self.containments[key] = contained
+        if leader_alive(entry):
             self.leaders[key] = (pid, started)
             if not entry.running:
                 await self.report(attempt, "RUNNING")
@@ -277,26 +277,24 @@ class ProcessExecutor(Executor):
             await self._terminate(pid, alive, containment)
         await self.end_processes(attempt)
 
-    async def _terminate(self, group: int, alive: Callable[[], bool],
+    async def _terminate(self, group: int | None, alive: Callable[[], bool],
                          containment: Containment | None) -> None:  # fmt: skip
-        """SIGTERM to process group `group` (while its leader is `alive`) and to the rest of
-        the attempt; SIGKILL to all of it after the grace period."""
+        """SIGTERM to the attempt: to process group `group` while its leader is `alive` (never
+        to the group of a leader that is gone: its number may be another's now) and to every
+        other process of it; SIGKILL to the group once the grace period is over.  The rest of
+        the attempt gets what is left of the grace; the caller then kills what survives
+        (`Containment.kill_all`)."""
         loop = asyncio.get_running_loop()
         began = loop.time()
-        if alive():
-            try:
-                os.killpg(group, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-            if containment is not None:
-                containment.signal(signal.SIGTERM, besides_group=group)
-            if not await until_ended(alive, group, self.grace_s):
-                try:
-                    os.killpg(group, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                await until_ended(alive, group, 5.0)
-        if containment is not None:  # its other processes get what is left of the grace
+        leading = group is not None and alive()
+        if leading:
+            _killpg(group, signal.SIGTERM)
+        if containment is not None:
+            containment.signal(signal.SIGTERM, besides_group=group if leading else None)
+        if leading and not await until_ended(alive, group, self.grace_s):
+            _killpg(group, signal.SIGKILL)
+            await until_ended(alive, group, 5.0)
+        if containment is not None:
             await _until(lambda: not containment.alive(), self.grace_s - (loop.time() - began))
 
     def note(self, attempt: Attempt, pid: int | None = None, pid_started: str | None = None,
@@ -334,38 +332,36 @@ class ProcessExecutor(Executor):
         return True
 
     async def end_lost(self, entry: Entry) -> None:
-        """SIGTERM, then SIGKILL after the grace period, to what an attempt of the previous
-        executor left: the process group of its process, if that very process still runs
+        """Stop what an attempt of the previous executor left, as a preemption does
+        (`_terminate`): the process group of its process, if that very process still runs
         (pid and start time), and everything in its cgroup or carrying its marker (ledgers
         older than containment name neither); then its cgroup is removed."""
-
-        def leader_alive() -> bool:
-            return entry.pid is not None and entry.pid_started is not None and \
-                process_alive(entry.pid, entry.pid_started)  # fmt: skip
-
-        contained = None
-        if entry.token:
-            cgroup = entry.cgroup if entry.cgroup and os.path.isdir(entry.cgroup) else None
-            leader = entry.pid if leader_alive() else None  # its session is the attempt's
-            contained = Containment(cgroup, entry.token, leader)
-
-        def alive() -> bool:
-            return leader_alive() or (contained is not None and contained.alive())
-
-        for sig, wait_s in ((signal.SIGTERM, self.grace_s), (signal.SIGKILL, 5.0)):
-            if not alive():
-                break
-            group = entry.pid if leader_alive() else None
-            if group is not None:
-                try:
-                    os.killpg(group, sig)
-                except ProcessLookupError:
-                    group = None
-            if contained is not None:
-                contained.signal(sig, besides_group=group)
-            await _until(lambda: not alive(), wait_s)  # not our children: polled
+        contained = left_containment(entry)
+        await self._terminate(entry.pid, lambda: leader_alive(entry), contained)
         if contained is not None and await contained.kill_all():
             contained.cleanup()
+
+
+def leader_alive(entry: Entry) -> bool:
+    """Whether the process a ledger entry names still runs (the same pid and start time)."""
+    return entry.pid is not None and entry.pid_started is not None and \
+        process_alive(entry.pid, entry.pid_started)  # fmt: skip
+
+
+def left_containment(entry: Entry) -> Containment | None:
+    """What contains an attempt a previous executor left (its cgroup, if it is still there,
+    and its marker); None for a ledger older than containment."""
+    if not entry.token:
+        return None
+    cgroup = entry.cgroup if entry.cgroup and os.path.isdir(entry.cgroup) else None
+    return Containment(cgroup, entry.token, entry.pid if leader_alive(entry) else None)
+
+
+def _killpg(group: int, sig: int) -> None:
+    try:
+        os.killpg(group, sig)
+    except ProcessLookupError:
+        pass
 
 
 async def until_ended(alive: Callable[[], bool], pid: int,

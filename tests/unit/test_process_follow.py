@@ -53,6 +53,16 @@ async def start(path: Path, reports: Reports, jobs: dict[str, str]) -> ProcessEx
     return executor
 
 
+async def left_running(path: Path, pidfile: Path, jobs: dict[str, str]) -> tuple[Reports, int]:
+    """An executor started `jobs` and was shut down (they run on): its reports, and the pid
+    the (first) job wrote."""
+    reports = Reports()
+    first = await start(path, reports, jobs)
+    pid = await pid_in(pidfile)
+    await first.close()
+    return reports, pid
+
+
 async def restart(path: Path, reports: Reports, jobs: dict[str, str]) -> ProcessExecutor:
     executor = ProcessExecutor(reports, grace_s=2.0, ledger=Ledger(str(path)))
     for job_id, command in jobs.items():
@@ -71,10 +81,7 @@ async def test_a_shutdown_leaves_the_process_running_and_the_next_executor_repor
         tmp_path):  # fmt: skip
     path, pidfile, go = tmp_path / "executor-process.json", tmp_path / "pid", tmp_path / "go"
     jobs = {"train": job(pidfile, f"while [ ! -e {go} ]; do sleep 0.05; done; exit 0")}
-    reports = Reports()
-    first = await start(path, reports, jobs)
-    pid = await pid_in(pidfile)
-    await first.close()
+    reports, pid = await left_running(path, pidfile, jobs)
     assert alive(pid), "a graceful stop of the executor stopped the job"
     assert reports.of("train") == [(1, "STARTING", None), (1, "RUNNING", None)]
     assert listed(path) == [("train", 1)]
@@ -95,10 +102,7 @@ async def test_a_shutdown_leaves_the_process_running_and_the_next_executor_repor
 async def test_a_job_that_ended_while_no_executor_ran_is_reported_with_its_exit_code(tmp_path):
     path, pidfile = tmp_path / "executor-process.json", tmp_path / "pid"
     jobs = {"quits": job(pidfile, "sleep 0.3; exit 3")}
-    reports = Reports()
-    first = await start(path, reports, jobs)
-    pid = await pid_in(pidfile)
-    await first.close()
+    reports, pid = await left_running(path, pidfile, jobs)
     while alive(pid):
         await asyncio.sleep(0.05)
     await asyncio.sleep(0.2)  # the shell writes the status once its command has ended
@@ -114,11 +118,8 @@ async def test_a_job_that_ended_while_no_executor_ran_is_reported_with_its_exit_
 async def test_a_followed_job_whose_supervisor_was_killed_is_reported_failed_saying_so(tmp_path):
     path, pidfile = tmp_path / "executor-process.json", tmp_path / "pid"
     jobs = {"lost": job(pidfile, "sleep 300")}
-    reports = Reports()
-    first = await start(path, reports, jobs)
-    await pid_in(pidfile)
+    reports, _ = await left_running(path, pidfile, jobs)
     [entry] = Ledger(str(path)).entries.values()
-    await first.close()
     os.killpg(entry.pid, signal.SIGKILL)  # the whole attempt, its shell included: no status
     while process_alive(entry.pid, entry.pid_started):
         await asyncio.sleep(0.05)
@@ -135,10 +136,7 @@ async def test_a_followed_job_is_preempted_like_one_this_executor_started(tmp_pa
     reported (the scheduler decided it), and the preemptor starts only after."""
     path, pidfile, trapped = tmp_path / "executor-process.json", tmp_path / "pid", tmp_path / "t"
     jobs = {"victim": job(pidfile, f"trap \"touch {trapped}; exit 0\" TERM; sleep 300 & wait")}
-    reports = Reports()
-    first = await start(path, reports, jobs)
-    pid = await pid_in(pidfile)
-    await first.close()
+    reports, pid = await left_running(path, pidfile, jobs)
     second = await restart(path, reports, jobs)
     try:
         await second.on_fact({"kind": "JobPreempted", "jobId": "victim", "attempt": 1})
@@ -167,10 +165,7 @@ async def test_a_restart_never_runs_an_attempt_twice(tmp_path, delay):
     path, pidfile = tmp_path / "executor-process.json", tmp_path / "pid"
     runs = tmp_path / "runs"
     jobs = {"once": job(pidfile, f"echo run >> {runs}; sleep 1")}
-    reports = Reports()
-    first = await start(path, reports, jobs)
-    await pid_in(pidfile)
-    await first.close()
+    reports, _ = await left_running(path, pidfile, jobs)
     await asyncio.sleep(delay)
     second = ProcessExecutor(reports, grace_s=2.0, ledger=Ledger(str(path)))
     second.learn(submitted("once", command=jobs["once"]))
@@ -238,10 +233,7 @@ async def test_a_restart_before_running_was_reported_reports_it_once(tmp_path):
     so): the next one reports RUNNING once, then the end."""
     path, pidfile, go = tmp_path / "executor-process.json", tmp_path / "pid", tmp_path / "go"
     jobs = {"slow": job(pidfile, f"while [ ! -e {go} ]; do sleep 0.05; done")}
-    silent = Reports()
-    first = await start(path, silent, jobs)
-    await pid_in(pidfile)
-    await first.close()
+    await left_running(path, pidfile, jobs)
     ledger = Ledger(str(path))
     [entry] = ledger.entries.values()
     ledger.record(replace(entry, running=False))  # as if it died before the report
@@ -268,9 +260,7 @@ async def test_a_restart_in_the_middle_of_a_preemption_stops_the_victim_before_t
     jobs = {"victim": job(pidfile, f"trap \"sleep 0.5; date +%s.%N > {victim_end}; exit 0\" "
                                    "TERM; sleep 300 & wait"),
             "preemptor": f"sh -c 'date +%s.%N > {preemptor_start}'"}
-    first = await start(path, Reports(), {"victim": jobs["victim"]})
-    pid = await pid_in(pidfile)
-    await first.close()
+    _, pid = await left_running(path, pidfile, {"victim": jobs["victim"]})
     reports = Reports()
     second = ProcessExecutor(reports, grace_s=5.0, ledger=Ledger(str(path)))
     for job_id, command in jobs.items():
