@@ -71,7 +71,15 @@ def podman(tmp_path_factory):
                            capture_output=True, text=True, timeout=120)  # fmt: skip
     if imported.returncode != 0 or probe.stdout.strip() != "ok":
         pytest.skip(f"podman cannot run a container here: {(imported.stderr + probe.stderr).strip()}")
-    return str(conf)
+    remove_containers(str(conf))  # a killed earlier run's: they would count as this run's
+    yield str(conf)
+    remove_containers(str(conf))  # a stopped agent leaves its containers running
+
+
+def remove_containers(conf: str) -> None:
+    for name in containers_running(conf):
+        subprocess.run(["podman", "rm", "-f", name], capture_output=True, timeout=60,
+                       env={"CONTAINERS_CONF": conf, "PATH": "/usr/bin:/bin"})  # fmt: skip
 
 
 def containers_running(conf: str) -> set[str]:
