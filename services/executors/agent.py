@@ -216,7 +216,7 @@ class GpuAgent(ProcessExecutor):
         was declared lost meanwhile (the keeper reported it FAILED: it is stopped) or the
         GPUs it holds are no longer this host's."""
         entry = attempt.adopted
-        gpus = list(entry.gpus or [])
+        gpus = list(entry.gpus or await self._claimed_gpus(attempt))
         if not gpus or any(gpu not in self.options.gpus or gpu in self.held for gpu in gpus):
             return False
         if await self.fleet.state() == "lost":  # the keeper reported it FAILED: no report
@@ -229,6 +229,15 @@ class GpuAgent(ProcessExecutor):
         if runtime is not None and containers.image_of(attempt.spec):
             self.in_containers.add((attempt.job_id, attempt.attempt))
         return True
+
+    async def _claimed_gpus(self, attempt: Attempt) -> list[str]:
+        """The GPUs this host claimed for the attempt (the fleet's claim): what an older
+        release's ledger, which does not name them, left running holds."""
+        claim = await self.fleet.claim_of(attempt.job_id, attempt.attempt)
+        if not claim or claim.get("host") != self.options.host:
+            return []
+        gpus = claim.get("gpus")
+        return [str(gpu) for gpu in gpus] if isinstance(gpus, list) else []
 
     async def follow(self, attempt: Attempt) -> None:
         await self._run_holding(attempt)

@@ -145,7 +145,9 @@ async def catch_up(js, executor: Executor, on_fatal=None) -> int:
     # The whole log (ALL_FACTS): the message at `through` then surely comes, filter or not.
     async for _seq, payload, subject in read_log(js, ALL_FACTS, 1, until_seq=through):
         read += 1
-        if subject.startswith(mine) and subject.rsplit(".", 1)[-1] in LEARNED:
+        kind = subject.rsplit(".", 1)[-1]
+        if subject.startswith(mine) and (kind in LEARNED or (
+                kind == "JobDispatched" and executor.pending)):  # fmt: skip (when each was)
             executor.learn(json.loads(payload))
     log.info("caught up", consumer=executor.consumer, facts=read, jobs=len(executor.specs))
     return read

@@ -43,6 +43,11 @@ LOST = "Executor restarted: the attempt was lost when the previous executor stop
 SHUT_DOWN = "Executor shut down while the attempt was running"
 VANISHED = ("Executor restarted: the attempt's process had ended, leaving no exit status, "
             "while no executor followed it")
+# An attempt an older release started (its ledger entry names no exit file): it is followed to
+# its end, but that release's process kept no exit status anybody can read now.
+UNRECORDED = ("Executor upgraded: the attempt ran to its end under the new executor, but the "
+              "release that started it kept no exit status; reported FAILED (the job's "
+              "retryStrategy decides)")
 
 
 def consumer_name(kind: str, name: str | None = None, job_queue: str | None = None) -> str:
@@ -110,6 +115,9 @@ class Executor:
         # preemption while no executor ran) is kept for it, a preemptor waits for it.
         self.pending: set[tuple[str, int]] = {(e.job_id, e.attempt) for e in self.lost}
         self.stop_requested: set[tuple[str, int]] = set()
+        # When each of those was dispatched, from the log (app.catch_up), for a ledger entry of
+        # an older release that does not say (the simulated executor's end time needs it).
+        self.dispatch_times: dict[tuple[str, int], float | None] = {}
         self.recovered = asyncio.Event()
         if not self.pending:
             self.recovered.set()
@@ -130,12 +138,27 @@ class Executor:
         fed the log an earlier executor of this name already consumed (app.catch_up), so a
         job submitted before a restart still runs when it is dispatched after it."""
         kind = fact.get("kind")
+        if kind in ("JobPreempted", "JobStatusChanged") and self.pending:
+            self._ended_meanwhile(fact)
+        elif kind == "JobDispatched" and (fact.get("jobId"), fact.get("attempt")) in self.pending:
+            self.dispatch_times[(fact["jobId"], fact["attempt"])] = fact.get("at")
         if kind == "JobSubmitted":
             self.specs[fact["jobId"]] = {"tags": fact.get("tags") or {},
                                          "payload": fact.get("serviceRequestPayload")}  # fmt: skip
         elif (kind == "JobStatusChanged" and fact.get("status") in ("SUCCEEDED", "FAILED")) or (
                 kind == "JobPreempted" and fact.get("outcome") == "FAILED"):  # fmt: skip
             self.specs.pop(fact.get("jobId"), None)  # the job is over
+
+    def _ended_meanwhile(self, fact: dict[str, Any]) -> None:
+        """An attempt the previous executor left whose end the log already holds (preempted,
+        terminated, or its end reported) is not followed: `recover` stops what is left of it
+        and reports nothing.  The previous executor may have died in the middle of that stop,
+        with the fact delivered and not acked: it comes again only after the ack wait."""
+        ended = fact["kind"] == "JobPreempted" or fact.get("status") in (
+            "SUCCEEDED", "FAILED", "RUNNABLE")  # fmt: skip
+        key = (fact.get("jobId"), fact.get("attempt"))
+        if ended and key in self.pending:
+            self.stop_requested.add(key)  # type: ignore[arg-type]
 
     async def _dispatched(self, fact: dict[str, Any]) -> None:
         key = (fact["jobId"], fact["attempt"])
@@ -161,7 +184,9 @@ class Executor:
             if not self.reports_progress:
                 if attempt.adopted is None:
                     await self.report(attempt, "STARTING")
-                if attempt.adopted is None or not attempt.adopted.running:
+                # an older release's entry (no dispatch time) does not say: it had reported
+                if attempt.adopted is None or (not attempt.adopted.running
+                                               and attempt.adopted.dispatched_at is not None):
                     await self.report(attempt, "RUNNING")
                     self.noted_running(attempt)
             status, reason = await self.execute(attempt)
@@ -259,7 +284,8 @@ class Executor:
             key = (entry.job_id, entry.attempt)
             attempt = Attempt(entry.job_id, entry.attempt, entry.job_queue, entry.share,
                               self.specs.get(entry.job_id, {"tags": {}, "payload": None}),
-                              dispatched_at=entry.dispatched_at, adopted=entry)  # fmt: skip
+                              dispatched_at=entry.dispatched_at if entry.dispatched_at is not None
+                              else self.dispatch_times.get(key), adopted=entry)  # fmt: skip
             if key not in self.stop_requested and self.follows_across_restarts \
                     and await self.adopt(attempt):  # fmt: skip
                 self.running[attempt.job_id] = attempt

@@ -257,6 +257,18 @@ class Fleet:
         except KeyNotFoundError:
             return False
 
+    async def claim_of(self, job_id: str, attempt: int) -> dict[str, Any] | None:
+        """The attempt's claim ({host, gpus} or {host, none}), None if it has none."""
+        try:
+            entry = await self.kv.get(claim_key(job_id, attempt))
+        except KeyNotFoundError:
+            return None
+        try:
+            value = json.loads(entry.value or b"{}")
+        except ValueError:
+            return None
+        return value if isinstance(value, dict) else None
+
     async def claim(self, job_id: str, attempt: int, value: dict[str, Any]) -> bool:
         """Create the attempt's claim; False if another agent's (or a "none") is there."""
         try:

@@ -15,9 +15,11 @@ before the ledger has its pid (an executor killed before that closes the pipe, a
 exits, 125, without running anything); then it runs the command, outlives a SIGTERM to its
 group until the command has ended, and writes the command's exit status to a file the ledger
 names, so an attempt that ended while no executor ran is reported as it ended.  An attempt
-whose ledger entry predates that file (an older executor's) is stopped and reported lost, as
-an attempt whose process is gone without a status is reported FAILED.  The command's stdin is
-/dev/null.
+whose process is gone without a status is reported FAILED, saying so.  An attempt an older
+release started (its ledger entry names no exit file: an upgrade) is followed too while its
+process runs, and reported FAILED when it ends (that release's process kept no exit status
+anybody can read: the job's retryStrategy decides); one that ended before the upgrade is
+reported lost.  The command's stdin is /dev/null.
 
 The attempt is reported STARTING before its process is spawned (a failed spawn: FAILED next)
 and RUNNING once the process exists.
@@ -31,6 +33,7 @@ itself, before the end is reported.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import hashlib
 import json
@@ -43,8 +46,10 @@ from collections.abc import Callable
 
 from quotasched.services import logs
 from quotasched.services.executors import jobenv
-from quotasched.services.executors.base import LOST, VANISHED, Attempt, Executor, Publish
+from quotasched.services.executors.base import (
+    LOST, UNRECORDED, VANISHED, Attempt, Executor, Publish)
 from quotasched.services.executors.contain import Containment, Support, check, remove_if_empty
+from quotasched.services.executors.crash import crash_point
 from quotasched.services.executors.jobuser import JobUser, harden_executor
 from quotasched.services.executors.ledger import Entry, Ledger, process_alive, process_started
 
@@ -69,30 +74,39 @@ def command_line(spec: dict) -> list[str]:
 
 
 # `sh -c GATE sh EXIT_FILE <command...>`: wait for the executor's go (a line on stdin), then
-# run the command and write its exit status to EXIT_FILE (a temporary file, then a rename, its
-# directory made again if it is gone; none when EXIT_FILE is empty).  EOF (the executor died before the ledger had the pid) ends it
-# unrun.  The trap keeps the shell through a SIGTERM to the group until the command has ended
-# (a caught signal is reset to the default in the command, an ignored one would not be).  The
-# shell's own stderr is /dev/null (it would add "Terminated" to the job's log); the command's
-# is the attempt's (fd 3, closed in the command), set in a subshell that becomes the command
-# (dash says "Terminated" on the stderr of a command's own redirection).
-GATE = ('f=$1; shift; read -r go || exit 125; trap : HUP INT TERM; exec 3>&2 2>/dev/null; '
-        '( exec "$@" </dev/null 2>&3 3>&- ); c=$?; '
-        '[ -z "$f" ] || { mkdir -p "${f%/*}"; echo "$c" >"$f.tmp" && mv -f "$f.tmp" "$f"; }; '
-        'exit "$c"')
+# run the command and write its exit status to EXIT_FILE (`w`: a temporary file, then a
+# rename, its directory made again if it is gone; nothing when EXIT_FILE is empty).  EOF (the
+# executor died before its go) ends it unrun, and EXIT_FILE says "unrun": the next executor
+# reports that the command never ran.  The trap keeps the shell through a SIGTERM to the group
+# until the command has ended (a caught signal is reset to the default in the command, an
+# ignored one would not be).  The shell's own stderr is /dev/null (it would add "Terminated" to
+# the job's log); the command's is the attempt's (fd 3, closed in the command), set in a
+# subshell that becomes the command (dash says "Terminated" on the stderr of a command's own
+# redirection).
+GATE = ('f=$1; shift; '
+        'w() { [ -z "$f" ] || { mkdir -p "${f%/*}"; echo "$1" >"$f.tmp" && mv -f "$f.tmp" "$f"; }; }; '
+        'read -r go || { w unrun; exit 125; }; trap : HUP INT TERM; exec 3>&2 2>/dev/null; '
+        '( exec "$@" </dev/null 2>&3 3>&- ); c=$?; w "$c"; exit "$c"')
+UNRUN = 256  # read_exit: the shell ended before its go (no exit status is 256 or more)
+NEVER_RAN = ("Executor restarted before the attempt's command was let run: it never ran "
+             "(the job's retryStrategy decides)")
 
 
 def outcome(code: int) -> tuple[str, str | None]:
+    if code == UNRUN:
+        return "FAILED", NEVER_RAN
     return ("SUCCEEDED", None) if code == 0 else ("FAILED", f"Process exited with code {code}")
 
 
 def read_exit(path: str | None) -> int | None:
-    """The exit status the attempt's shell wrote, None without one (or an unreadable one)."""
+    """The exit status the attempt's shell wrote (UNRUN: it never let the command run), None
+    without one (or an unreadable one)."""
     if path is None:
         return None
     try:
         with open(path, encoding="ascii") as handle:
-            return int(handle.read().strip())
+            text = handle.read().strip()
+        return UNRUN if text == "unrun" else int(text)
     except (OSError, ValueError):
         return None
 
@@ -180,9 +194,11 @@ class ProcessExecutor(Executor):
         return os.path.join(directory, digest[:32])
 
     async def adopt(self, attempt: Attempt) -> bool:
-        """An attempt whose shell writes an exit status is followed; an older executor's
-        (no exit file: its end could not be told) is stopped and reported lost."""
-        return attempt.adopted is not None and attempt.adopted.exit_file is not None
+        """An attempt whose shell writes an exit status is followed, and so is an older
+        release's (no exit file) while its process still runs: an upgrade costs it nothing
+        but the exit status that release never kept."""
+        entry = attempt.adopted
+        return entry is not None and (entry.exit_file is not None or leader_alive(entry))
 
     async def execute(self, attempt: Attempt) -> tuple[str, str | None]:
         if attempt.adopted is not None:
@@ -199,6 +215,9 @@ class ProcessExecutor(Executor):
         if not _runnable(argv[0], cwd, env.get("PATH", os.defpath)):
             raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), argv[0])
         exit_file = self.exit_file(attempt, cwd if user is not None else None)
+        if exit_file is not None:  # a spawn of this attempt that died before its ledger entry
+            with contextlib.suppress(FileNotFoundError):  # left one ("unrun"): not this one's
+                os.unlink(exit_file)
         path = self.log_path(attempt)
         output = _open_log(path) if path is not None else None
         wait, go = os.pipe()  # the gate: the command runs once `go` has a line
@@ -226,11 +245,13 @@ class ProcessExecutor(Executor):
         try:
             containment.enter(process.pid)  # before the go: all the command starts is in it
             self.note(attempt, process.pid, started, exit_file)
+            crash_point("attempt-recorded")
             os.write(go, b"go\n")  # the ledger has the pid: run the command
         except BrokenPipeError:
             pass  # the shell is gone already (killed): `wait` says how it ended
         finally:
             os.close(go)  # unless written, the shell exits unrun (the process ends as 125)
+        crash_point("command-started")
         await self.report(attempt, "RUNNING")  # a cancellation leaves the process to `interrupt`
         self.noted_running(attempt)
         await until_ended(lambda: process.poll() is None, process.pid)
@@ -241,23 +262,32 @@ class ProcessExecutor(Executor):
 
     async def _follow(self, attempt: Attempt) -> tuple[str, str | None]:
         """An attempt a previous executor started: watch its process to its end if it still
-        runs (RUNNING reported if that one had not), then report how it ended."""
+        runs, then report how it ended; RUNNING first if that one had not reported it and the
+        command did run (it runs, or its exit status says it ran)."""
         entry = attempt.adopted
         key = (attempt.job_id, attempt.attempt)
         pid, started = entry.pid, entry.pid_started
         contained = left_containment(entry)
         if contained is not None:
             self.containments[key] = contained
+        # An older release's entry does not say whether it reported RUNNING (it did, but for
+        # a kill between the spawn and the report): never report it twice.
+        unreported = not entry.running and entry.exit_file is not None
         if leader_alive(entry):
             self.leaders[key] = (pid, started)
-            if not entry.running:
+            if unreported:
                 await self.report(attempt, "RUNNING")
                 self.noted_running(attempt)
+                unreported = False
             await until_ended(lambda: process_alive(pid, started), pid)
             self.leaders.pop(key, None)
         code = read_exit(entry.exit_file)
+        if unreported and code is not None and code != UNRUN:
+            await self.report(attempt, "RUNNING")  # it ran while no executor watched
         await self.end_processes(attempt)
         if code is None:
+            if entry.exit_file is None and pid is not None:
+                return "FAILED", UNRECORDED
             return "FAILED", VANISHED if pid is not None else LOST
         return outcome(code)
 
@@ -291,6 +321,7 @@ class ProcessExecutor(Executor):
             _killpg(group, signal.SIGTERM)
         if containment is not None:
             containment.signal(signal.SIGTERM, besides_group=group if leading else None)
+        crash_point("victim-signalled")
         if leading and not await until_ended(alive, group, self.grace_s):
             _killpg(group, signal.SIGKILL)
             await until_ended(alive, group, 5.0)

@@ -43,7 +43,9 @@ class SimulatedExecutor(Executor):
     follows_across_restarts = True
 
     async def adopt(self, attempt: Attempt) -> bool:
-        return attempt.dispatched_at is not None  # a ledger from before: reported lost
+        # The dispatch time, from the ledger or (an older release's entry) from the log the
+        # executor caught up on; without it the end time is unknown: reported lost.
+        return attempt.dispatched_at is not None
 
     async def execute(self, attempt: Attempt) -> tuple[str, str | None]:
         duration = job_duration_s(attempt.spec, self.default_duration_s) / self.speed

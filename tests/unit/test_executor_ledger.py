@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from quotasched.services.executors.base import LOST, SHUT_DOWN
+from quotasched.services.executors.base import LOST, SHUT_DOWN, UNRECORDED
 from quotasched.services.executors.ledger import Entry, Ledger, LedgerError, process_alive, process_started
 from quotasched.services.executors.process import ProcessExecutor
 from quotasched.services.executors.simulated import SimulatedExecutor
@@ -212,9 +212,34 @@ async def test_the_next_start_reports_lost_attempts_and_never_starts_them_again(
         await executor.close()
 
 
-async def test_a_process_left_behind_by_a_killed_executor_is_stopped_first(tmp_path):
+async def test_an_older_releases_simulated_attempt_ends_when_the_logs_dispatch_says(tmp_path):
+    """An entry of a release before dispatch times were kept (an upgrade): the dispatch the
+    executor catches up on (app.catch_up feeds `learn`) gives the attempt's start, so it ends
+    at that time plus its duration, with nothing reported again before its end."""
+    path = tmp_path / "executor-sim.json"
+    Ledger(str(path)).record(Entry("old", 1, "q", "qs1"))
+    reports = Reports()
+    executor = SimulatedExecutor(reports, speed=1.0, ledger=Ledger(str(path)))
+    try:
+        executor.learn(submitted("old", duration="2"))
+        executor.learn({**dispatched("old"), "at": time.time() - 1.5})
+        began = time.monotonic()
+        assert await executor.recover() == 1 and "old" in executor.running
+        await asyncio.wait_for(executor.running["old"].stopped.wait(), 10.0)
+        assert time.monotonic() - began < 1.5, "it ran its whole duration again"
+        assert reports.of("old") == [(1, "SUCCEEDED", None)]
+    finally:
+        await executor.close()
+
+
+async def test_a_process_an_older_release_left_is_followed_to_its_end_then_failed_as_unrecorded(
+        tmp_path):  # fmt: skip
+    """An entry without an exit file (an older release's: an upgrade) whose process still
+    runs: the executor follows it, reports nothing while it runs (that release reported
+    RUNNING), and FAILED with UNRECORDED once it ends, since no exit status was kept."""
     path = tmp_path / "executor-process.json"
     orphan = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    executor = None
     try:
         started = process_started(orphan.pid)
         assert started is not None and process_alive(orphan.pid, started)
@@ -222,13 +247,23 @@ async def test_a_process_left_behind_by_a_killed_executor_is_stopped_first(tmp_p
         reports = Reports()
         executor = ProcessExecutor(reports, grace_s=5.0, ledger=Ledger(str(path)))
         assert await executor.recover() == 1
-        assert orphan.wait(5) == -15  # SIGTERM, to its process group
-        assert reports.of("j1") == [(1, "FAILED", LOST)]
+        await asyncio.sleep(0.5)
+        assert orphan.poll() is None, "the older release's process was stopped"
+        assert reports.of("j1") == []
+        assert listed(path) == [("j1", 1)]
+        orphan.terminate()  # it ends by itself, as far as the executor can tell
+        orphan.wait(5)
+        deadline = time.monotonic() + 10
+        while not reports.of("j1") and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        assert reports.of("j1") == [(1, "FAILED", UNRECORDED)]
         assert listed(path) == []
     finally:
         if orphan.poll() is None:
             orphan.kill()
             orphan.wait()
+        if executor is not None:
+            await executor.close()
 
 
 async def test_a_recorded_pid_now_naming_another_process_is_left_alone(tmp_path):

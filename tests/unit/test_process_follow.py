@@ -18,7 +18,7 @@ import pytest
 
 from quotasched.services.executors.base import LOST, VANISHED
 from quotasched.services.executors.ledger import Entry, Ledger, process_alive, process_started
-from quotasched.services.executors.process import GATE, ProcessExecutor
+from quotasched.services.executors.process import GATE, NEVER_RAN, ProcessExecutor
 from tests.unit.test_executor_ledger import Reports, dispatched, listed, submitted
 
 
@@ -205,8 +205,8 @@ async def test_a_restart_between_the_ledger_and_the_spawn_runs_nothing_and_repor
 
 async def test_a_restart_before_the_go_leaves_the_command_unrun(tmp_path):
     """The executor spawned the attempt's shell and wrote its pid, then died before the go:
-    the shell reads EOF and exits unrun (125, no exit status); the next executor reports the
-    attempt FAILED, and the command never ran."""
+    the shell reads EOF and exits unrun (125), its exit file saying "unrun"; the next executor
+    reports the attempt FAILED saying that the command never ran, and it did not."""
     path, marker = tmp_path / "executor-process.json", tmp_path / "ran"
     exit_file = tmp_path / "exit"
     wait, go = os.pipe()
@@ -222,8 +222,8 @@ async def test_a_restart_before_the_go_leaves_the_command_unrun(tmp_path):
     try:
         await executor.recover()
         await ended(executor, "gate")
-        assert reports.of("gate") == [(1, "FAILED", VANISHED)]
-        assert not marker.exists() and not exit_file.exists()
+        assert reports.of("gate") == [(1, "FAILED", NEVER_RAN)]
+        assert not marker.exists() and not exit_file.exists()  # reported: the file is gone
     finally:
         await executor.close()
 
@@ -282,3 +282,48 @@ async def test_a_restart_in_the_middle_of_a_preemption_stops_the_victim_before_t
         assert reports.of("preemptor")[-1] == (1, "SUCCEEDED", None)
     finally:
         await second.close()
+
+
+@pytest.mark.parametrize("ending", [
+    {"kind": "JobPreempted", "outcome": "RUNNABLE"},
+    {"kind": "JobStatusChanged", "status": "FAILED", "cause": "TERMINATED"},
+    {"kind": "JobStatusChanged", "status": "SUCCEEDED", "cause": "REPORTED"},
+])  # fmt: skip
+async def test_an_attempt_whose_end_the_caught_up_log_holds_is_stopped_not_followed(
+        tmp_path, ending):  # fmt: skip
+    """The previous executor was killed after the log said the attempt ended (a preemption
+    it was stopping, a termination, or an end it had reported) and before it acked that fact
+    (it comes again only after the ack wait).  Catching up (`learn`) finds it: the next
+    executor stops what is left of the attempt, reports nothing, and follows nothing."""
+    path, pidfile = tmp_path / "executor-process.json", tmp_path / "pid"
+    jobs = {"victim": job(pidfile, "sleep 300")}
+    reports, pid = await left_running(path, pidfile, jobs)
+    executor = ProcessExecutor(reports, grace_s=2.0, ledger=Ledger(str(path)))
+    try:
+        executor.learn(submitted("victim", command=jobs["victim"]))
+        executor.learn({**ending, "jobId": "victim", "attempt": 1})
+        before = len(reports.sent)
+        await executor.recover()
+        assert "victim" not in executor.running
+        assert not alive(pid), "an ended attempt was left running"
+        assert len(reports.sent) == before and listed(path) == []
+    finally:
+        await executor.close()
+
+
+async def test_an_earlier_attempts_end_in_the_log_does_not_stop_the_running_one(tmp_path):
+    """Only the attempt the fact names: attempt 1's preemption does not stop attempt 2."""
+    path, pidfile, go = tmp_path / "executor-process.json", tmp_path / "pid", tmp_path / "go"
+    jobs = {"again": job(pidfile, f"while [ ! -e {go} ]; do sleep 0.05; done")}
+    reports, pid = await left_running(path, pidfile, jobs)
+    executor = ProcessExecutor(reports, grace_s=2.0, ledger=Ledger(str(path)))
+    try:
+        executor.learn(submitted("again", command=jobs["again"]))
+        executor.learn({"kind": "JobPreempted", "jobId": "again", "attempt": 0})
+        await executor.recover()
+        assert "again" in executor.running and alive(pid)
+        go.touch()
+        await ended(executor, "again")
+        assert reports.of("again")[-1] == (1, "SUCCEEDED", None)
+    finally:
+        await executor.close()
