@@ -21,6 +21,7 @@ import json
 import signal
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -87,7 +88,12 @@ def check_fleet(records: list[dict], logs: dict[str, Path], facts: list[dict]) -
             if other != key and host2 == host and set(gpus) & set(gpus2):
                 assert end <= begin2 or end2 <= begin, (
                     f"{key} and {other} held GPU(s) {set(gpus) & set(gpus2)} of {host} at once")
-        output = (logs[host] / key[0] / f"{key[1]}.log").read_text()
+        path = logs[host] / key[0] / f"{key[1]}.log"
+        output = path.read_text()
+        deadline = time.monotonic() + 15
+        while not output and end == float("inf") and time.monotonic() < deadline:
+            time.sleep(0.1)  # still running, just started: its first line is on its way
+            output = path.read_text()
         if not output and end != float("inf"):
             continue  # stopped before its first line (a SIGTERM before Python had started)
         assert f"CUDA_VISIBLE_DEVICES={','.join(gpus)}" in output.splitlines(), (
