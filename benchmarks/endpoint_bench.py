@@ -59,7 +59,7 @@ from typing import Self
 
 from live_bench import ROOT, load, machine_info  # benchmarks/ is this script's sys.path[0]
 from quotasched.services.client import Bus
-from quotasched.services.client_commands import raise_if_rejected
+from quotasched.services.client.commands import raise_if_rejected
 
 POLICY = "eb-fifo"
 ENVIRONMENT = "eb-se"

@@ -72,7 +72,7 @@ from benchmarks.live_bench import (  # noqa: E402
 )
 from benchmarks.read_pressure_bench import next_token, pct  # noqa: E402
 from quotasched.events.subjects import COMMANDS_STREAM, FACTS_STREAM  # noqa: E402
-from quotasched.services.embedded import free_port  # noqa: E402
+from quotasched.services.nats.embedded import free_port  # noqa: E402
 from quotasched.services.settings import HttpOptions  # noqa: E402
 from tests.integration.conftest import QUOTASCHED, Process  # noqa: E402
 

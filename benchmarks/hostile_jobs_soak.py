@@ -47,9 +47,9 @@ sys.path.insert(0, str(ROOT))
 from nats.js.errors import NotFoundError  # noqa: E402
 
 from quotasched.events.subjects import COMMANDS_STREAM, FACTS_STREAM, command_subject  # noqa: E402
-from quotasched.services.auth import read_credentials  # noqa: E402
+from quotasched.services.config.auth import read_credentials  # noqa: E402
 from quotasched.services.client import Bus  # noqa: E402
-from quotasched.services.embedded import EmbeddedServer  # noqa: E402
+from quotasched.services.nats.embedded import EmbeddedServer  # noqa: E402
 from tests.integration.conftest import QUOTASCHED, Process  # noqa: E402
 from tests.integration.helpers import eventually, holder_of, read_facts, wait_decided  # noqa: E402
 from tests.reliability.support import escaped_children, hostile_job_folder, sleeper_alive  # noqa: E402

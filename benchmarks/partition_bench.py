@@ -43,13 +43,13 @@ Why per-queue is not simply K times faster: the fact stream is shared by the par
 partition cannot predict the sequence its pipelined appends will get (others interleave), and
 cannot fence them ahead the way the single partition does.  Instead it appends each decided
 batch (up to QUOTASCHED_BATCH_COMMANDS commands, 512 by default, and their facts) as ONE
-JetStream atomic batch (services.bus.FactAppender._atomic: Nats-Batch-Id, all or nothing, at
+JetStream atomic batch (services.nats.bus.FactAppender._atomic: Nats-Batch-Id, all or nothing, at
 most 1000 messages per batch), its first message fenced (Nats-Expected-Last-Subject-Sequence
 on the partition's filter qm.fact.<q>.>) on the sequence the previous batch's commit reported.
 That is one round trip per decided batch, not per fact, with one commit in flight while the
 next batch is decided.  On a file stream nats-server fsyncs every atomic commit (the single
 partition's pipelined plain publishes are not fsynced), so a batch of at most
-services.bus.ONE_BY_ONE (16) messages goes one message at a time instead, each fenced on the
+services.nats.bus.ONE_BY_ONE (16) messages goes one message at a time instead, each fenced on the
 sequence the previous one got (a round trip each, cheaper than an fsync).  Under a backlog
 the batches are large, so what bounds a queue partition is the fsync per commit, and CPU: each scheduler process's Python (deciding, encoding, acking)
 and nats-server's staging and committing of the batches.  On this 2-core machine all of them
@@ -296,7 +296,7 @@ def core_fact_count(scope: Partition, commands) -> int:
 
 
 async def verify_queue_facts(js, queues: list[str]) -> str:
-    from quotasched.services.scheduler.log import read_commands
+    from quotasched.services.nats.log import read_commands
 
     commands = await read_commands(js)
     lines = []

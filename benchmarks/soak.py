@@ -45,9 +45,9 @@ from nats.js.api import StreamConfig  # noqa: E402
 from nats.errors import TimeoutError as NatsTimeout  # noqa: E402
 from nats.js.errors import APIError  # noqa: E402
 
-from quotasched.services.bus import STORAGE_CODES  # noqa: E402
+from quotasched.services.nats.bus import STORAGE_CODES  # noqa: E402
 from quotasched.services.client import Bus  # noqa: E402
-from quotasched.services.embedded import EmbeddedServer  # noqa: E402
+from quotasched.services.nats.embedded import EmbeddedServer  # noqa: E402
 from quotasched.services.projector.client import wait_for_position  # noqa: E402
 from tests.integration.conftest import Process  # noqa: E402
 from tests.integration.helpers import (  # noqa: E402

@@ -9,7 +9,8 @@ from __future__ import annotations
 import base64
 import json
 import math
-from typing import Any
+from collections.abc import Iterable
+from typing import Any, BinaryIO
 
 from pydantic import TypeAdapter, ValidationError
 
@@ -75,6 +76,19 @@ def encode(message: Command | Fact) -> str:
 def encode_bytes(message: Command | Fact) -> bytes:
     """`encode` as UTF-8 bytes, straight from pydantic-core (the writer's hot path)."""
     return message.__pydantic_serializer__.to_json(message, by_alias=True)
+
+
+def write_json_lines(messages: Iterable[Command | Fact], out: BinaryIO, chunk: int = 4096) -> None:
+    """Each message's canonical JSON on its own line, written `chunk` lines at a time (one
+    write per chunk, not per line: `quotasched replay` and the simulator's fact log)."""
+    lines: list[bytes] = []
+    for message in messages:
+        lines.append(encode_bytes(message))
+        if len(lines) >= chunk:
+            out.write(b"\n".join(lines) + b"\n")
+            lines.clear()
+    if lines:
+        out.write(b"\n".join(lines) + b"\n")
 
 
 def command_schema() -> dict[str, Any]:

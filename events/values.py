@@ -164,6 +164,13 @@ class ResourceSharingConfiguration(Wire):
             )
         return self
 
+    def as_recorded(self) -> ResourceSharingConfiguration:
+        """AWS's default borrowLimit spelled out (-1, unlimited), as the scheduler records it
+        (and `quotasched config` compares it)."""
+        if self.strategy is SharingStrategy.LEND_AND_BORROW and self.borrow_limit is None:
+            return ResourceSharingConfiguration(strategy=self.strategy, borrow_limit=-1)
+        return self
+
     @property
     def borrow_limit_percent(self) -> int | None:
         """The borrow ceiling in percent of the own limit; None means unlimited (AWS's -1)."""

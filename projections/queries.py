@@ -192,12 +192,12 @@ def list_params(request: dict) -> tuple[str, int, dict[str, list[str]], int | No
     """A ListServiceJobs request's status, page size, filters and cursor, refused as the
     scheduler refuses them (one rule: `maxResults` 1-1000, default 100; at most 5 filters of
     100 values of 128 characters), before any job is read."""
-    from quotasched.services.scheduler.api import ApiError, _filters, _max_results, job_status_asked
+    from quotasched.services.scheduler.api import ApiError, job_status_asked, list_filters, max_results
 
     try:
         status = job_status_asked(request)
-        limit = _max_results(request.get("maxResults"))
-        filters = _filters(request.get("filters"))
+        limit = max_results(request.get("maxResults"))
+        filters = list_filters(request.get("filters"))
     except ApiError as error:
         raise QueryError(str(error)) from None
     return status, limit, filters, _cursor(request.get("nextToken"))

@@ -98,8 +98,8 @@ async def rebuild_from_stream(js, db_path: str, progress: bool = False,
     exactly (a line break inside it, anything around its JSON object) is applied on its own,
     as the live projector would apply it, and so is a run the reader refuses: the error then
     names the stream sequence of the fact."""
-    from quotasched.services.bus import last_sequence
-    from quotasched.services.scheduler.log import ALL_FACTS, read_log_chunks
+    from quotasched.services.nats.bus import last_sequence
+    from quotasched.services.nats.log import ALL_FACTS, read_log_chunks
 
     building = _fresh(db_path)
     started = time.perf_counter()

@@ -14,7 +14,7 @@ records the pids (of `up`, then of its server) for the message; when it is gone 
 pid comes from the kernel's table of locks (/proc/locks).
 The kernel releases a `flock` when every descriptor of it is closed: a killed `up` never
 leaves its lock behind.  The embedded nats-server inherits the data directory's descriptor
-(services/embedded.py), so the directory stays locked until the server is gone too, also on a
+(services/nats/embedded.py), so the directory stays locked until the server is gone too, also on a
 system where it could outlive `up`.
 
 Every problem with the directory is a `DataDirError`: one line naming the path and the cause.

@@ -15,10 +15,10 @@ from rich.console import Console
 from rich.table import Table
 
 from quotasched.events.codec import decode_fact
-from quotasched.services.cli.narrate import sentence
+from quotasched.services.explain.narrate import sentence
 from quotasched.services.client import AsyncTrainingQueue, Bus
 from quotasched.services.runtime import Stack, stop_on_signals
-from quotasched.services.scheduler.log import read_log
+from quotasched.services.nats.log import read_log
 from quotasched.services.settings import Settings
 
 UNIT = "ml.g5.xlarge"

@@ -51,6 +51,13 @@ class ExpiredJobs:
         else:
             self.order.setdefault(fact.job_id, None)
 
+    def noting(self, facts: Iterable[Fact]) -> Iterator[Fact]:
+        """`facts`, each submission and expiry noted on its way through."""
+        for fact in facts:
+            if fact.kind in ("JobSubmitted", "JobExpired"):
+                self.note(fact)
+            yield fact
+
     def complete(self, document: dict) -> dict:
         """`document` (state_document's) with the forgotten jobs put back; a job id used
         again after its job was forgotten shows the newest job."""

@@ -17,12 +17,12 @@ from contextlib import AsyncExitStack
 from faststream.nats import NatsBroker
 
 from quotasched.services import logs
-from quotasched.services.auth import broker_options
-from quotasched.services.bus import connect, ensure_streams
+from quotasched.services.nats.credentials import broker_options
+from quotasched.services.nats.bus import connect, ensure_streams
 from quotasched.services.datadir import DataDirLock
-from quotasched.services.embedded import EmbeddedServer
+from quotasched.services.nats.embedded import EmbeddedServer
 from quotasched.services.executors.app import build_executor, catch_up
-from quotasched.services.metrics import MetricsEndpoint, ProjectorPart, SchedulerPart
+from quotasched.services.metrics import MetricsEndpoint, ProjectorPart, SchedulerPart, WriterStats
 from quotasched.services.projector.service import Projector, ProjectorOptions
 from quotasched.services.projector.thread import ProjectorThread
 from quotasched.services.scheduler.service import Scheduler
@@ -245,6 +245,7 @@ class Stack:
         one of several partitions of this process."""
         endpoint = await self._metrics()
         if endpoint is not None:
+            scheduler.stats = WriterStats()  # its per-batch counts, read by the endpoint
             endpoint.add(SchedulerPart(scheduler, labelled))
 
     async def _metrics(self) -> MetricsEndpoint | None:

@@ -126,8 +126,8 @@ class BusReader:
         from nats.js.errors import NotFoundError
 
         from quotasched.events.subjects import COMMANDS_STREAM, FACTS_STREAM
-        from quotasched.services.auth import connect_options
-        from quotasched.services.bus import error_reason, last_sequence
+        from quotasched.services.nats.credentials import connect_options
+        from quotasched.services.nats.bus import error_reason, last_sequence
 
         problems: list[BaseException] = []
 
@@ -174,7 +174,7 @@ class BusReader:
         (its messages' `Qm-Facts` count says how many there will be) is held back."""
         from contextlib import aclosing
 
-        from quotasched.services.scheduler.log import read_messages, stream_seq
+        from quotasched.services.nats.log import read_messages, stream_seq
 
         batch: list[FactRecord] = []
         held: list[FactRecord] = []  # the current command's facts until its last one arrives
@@ -217,7 +217,7 @@ class BusReader:
         from nats.js.api import ConsumerConfig, DeliverPolicy
 
         from quotasched.events.subjects import COMMANDS_PREFIX, COMMANDS_STREAM
-        from quotasched.services.scheduler.log import sequence_and_time
+        from quotasched.services.nats.log import sequence_and_time
 
         if end == 0:
             await self._put(self._commands, _END)

@@ -38,7 +38,7 @@ def partitions_on_bus(url: str) -> list[Partition | None]:
     import nats
 
     from quotasched.events.subjects import FACTS_STREAM
-    from quotasched.services.auth import connect_options
+    from quotasched.services.nats.credentials import connect_options
     from quotasched.services.scheduler.log import first_writer
 
     async def look() -> list[Partition | None]:

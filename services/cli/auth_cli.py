@@ -31,8 +31,8 @@ def generate(
     """Write a nats-server configuration with one user per role (admin, scheduler, projector,
     executor, and a pipeline per quota share) and their subject permissions, and a
     credentials file per role.  Passwords are random; the files are readable by you only."""
-    from quotasched.services import auth
-    from quotasched.services.config_as_code import ConfigError
+    from quotasched.services.config import auth
+    from quotasched.services.config.as_code import ConfigError
 
     try:
         shares = auth.shares_of(config)

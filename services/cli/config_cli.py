@@ -1,6 +1,6 @@
 """`quotasched config apply|export`: configuration as code against the live scheduler.
 
-`apply FILE` reads the declared configuration (services/config_as_code.py), reads the live one
+`apply FILE` reads the declared configuration (services/config/as_code.py), reads the live one
 with the scheduler's read verbs over NATS, prints the difference and publishes only the
 commands that close it, one at a time, each waited for until the scheduler decided it: the
 first refusal stops the run with the scheduler's reason (exit 1), so nothing is published on
@@ -18,10 +18,10 @@ from typing import Annotated, Optional
 
 import typer
 
-from quotasched.services import config_as_code as cac
-from quotasched.services.cli.aws_apply import Decisions
-from quotasched.services.cli.aws_options import EXIT_REFUSED, EXIT_UNDECIDED, EXIT_USAGE, Failure, NatsUrl, prose
-from quotasched.services.cli.aws_session import ask, publish, run, session
+from quotasched.services.config import as_code as cac
+from quotasched.services.cli.apply_cmd import Decisions
+from quotasched.services.cli.verbs import EXIT_REFUSED, EXIT_UNDECIDED, EXIT_USAGE, Failure, NatsUrl, prose
+from quotasched.services.cli.session import ask, publish, run, session
 
 config_app = typer.Typer(
     help="Configuration as code: declare service environments, scheduling policies, job "

@@ -88,7 +88,7 @@ async def _serve(nats_url: str, keys, host: str, port: int) -> None:
     import asyncio
     import signal
 
-    from quotasched.services.bus import Unreachable
+    from quotasched.services.nats.bus import Unreachable
     from quotasched.services.client import Bus
     from quotasched.services.endpoint.server import Endpoint, EndpointError
 

@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from quotasched import examples_dir
-from quotasched.events.codec import command_schema, decode_fact, encode_bytes, fact_schema
+from quotasched.events.codec import command_schema, decode_fact, fact_schema, write_json_lines
 from quotasched.services.cli import services_cli
 from quotasched.services.replay import ExpiredJobs, replay_lines
 from quotasched.services.scheduler.core import State, state_document
@@ -78,16 +78,8 @@ def replay(
     out = sys.stdout.buffer  # bytes straight from pydantic-core: no str round trip per fact
     try:
         with handle as lines:  # a progress reader on a terminal (services/cli/progress.py)
-            buffer: list[bytes] = []
-            for fact in replay_lines(lines, state):
-                if state_out is not None and fact.kind in ("JobSubmitted", "JobExpired"):
-                    forgotten.note(fact)
-                buffer.append(encode_bytes(fact))
-                if len(buffer) >= 4096:
-                    out.write(b"\n".join(buffer) + b"\n")
-                    buffer.clear()
-            if buffer:
-                out.write(b"\n".join(buffer) + b"\n")
+            facts = replay_lines(lines, state)
+            write_json_lines(facts if state_out is None else forgotten.noting(facts), out)
     except OSError as error:
         typer.echo(f"quotasched replay: cannot read {file}: {error}", err=True)
         raise typer.Exit(2) from None
@@ -145,7 +137,7 @@ def demo(
         except KeyboardInterrupt:
             pass
         return
-    from quotasched.services.cli.narrate import sentence
+    from quotasched.services.explain.narrate import sentence
 
     path = file or EXAMPLES / "notebook.jsonl"
     state = State()
@@ -231,7 +223,7 @@ def facts_check(file: Path) -> None:
     typer.echo("ok")
 
 
-from quotasched.services.cli.aws import register; register(app)  # noqa: E402,E702  (aws verbs, apply, facts)
+from quotasched.services.cli.log_cli import register; register(app)  # noqa: E402,E702  (aws verbs, apply, facts)
 from quotasched.services.cli.projections_cli import register as register_projections; register_projections(app)  # noqa: E402,E702
 from quotasched.services.cli.audit_cli import register as _audit; _audit(app)  # noqa: E402,E702  (audit verify, explain)
 from quotasched.services.cli.report_cli import register as _report; _report(app)  # noqa: E402,E702  (report: charts)

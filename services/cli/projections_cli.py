@@ -108,7 +108,7 @@ def _from_stream(url: str, db: str, progress: bool):
     from nats.js.errors import NotFoundError
 
     from quotasched.projections.rebuild import rebuild_from_stream
-    from quotasched.services.auth import connect_options
+    from quotasched.services.nats.credentials import connect_options
 
     async def quiet(error: Exception) -> None:  # nats-py would print a traceback per attempt
         pass

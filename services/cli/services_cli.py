@@ -191,7 +191,7 @@ def up(
 
     from quotasched.services import logs
     from quotasched.services.datadir import DataDirError, lock
-    from quotasched.services.embedded import ServerStartError
+    from quotasched.services.nats.embedded import ServerStartError
     from quotasched.services.endpoint.server import EndpointError
     from quotasched.services.web import WebError
 
@@ -221,7 +221,7 @@ def up(
         _refuse(error)
     with held:
         try:
-            from quotasched.services.embedded import check_port_free
+            from quotasched.services.nats.embedded import check_port_free
 
             if nats_url is None and port:
                 check_port_free(port)  # before the server opens the store, before any log line
@@ -316,7 +316,7 @@ def scheduler(
         stack = Stack(_settings(nats_url, partition=partition, metrics_port=metrics_port),
                       executor="none", scheduler=False)  # fmt: skip
         async with stack:
-            from quotasched.services.bus import connect
+            from quotasched.services.nats.bus import connect
 
             nc = await connect(nats_url, "quotasched-scheduler")
             stop_on_signals(stack.stop)
@@ -440,7 +440,7 @@ def projector_command(
     from quotasched.projections.schema import SchemaMismatch
     from quotasched.projections.store import ProjectionError
     from quotasched.services import logs
-    from quotasched.services.bus import Unreachable
+    from quotasched.services.nats.bus import Unreachable
     from quotasched.services.projector.service import ProjectorError, ProjectorHalted
     from quotasched.services.runtime import Stack, stop_on_signals
 

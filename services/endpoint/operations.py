@@ -97,7 +97,7 @@ async def _ask(bus, verb: str, **params: Any) -> dict[str, Any]:
     from nats.errors import NoRespondersError
 
     from quotasched.services.client import ClientError
-    from quotasched.services.client_reads import RESPONDER_WAIT_S
+    from quotasched.services.client.reads import RESPONDER_WAIT_S
 
     try:
         return await bus.request(verb, timeout=READ_WAIT_S,

@@ -4,7 +4,7 @@ connection per role, and a NATS permissions violation turned into AWS's AccessDe
 
 The endpoint holds no rules of its own about who may do what: a request signed with a team's
 key is performed over a connection logged in as that team, so the NATS server's subject
-permissions (`services.auth.roles`) decide, exactly as for the team's own NATS clients.  The
+permissions (`services.config.auth.roles`) decide, exactly as for the team's own NATS clients.  The
 server refuses a forbidden publish or subscription asynchronously, naming only the subject
 (`-ERR 'Permissions Violation for Publish to "..."'`), and drops it: the operation would wait
 for an answer that never comes.  So each role's client remembers which subjects each request
@@ -29,8 +29,8 @@ from typing import Any
 
 from nats.aio.client import Client
 
-from quotasched.services.auth import INBOX_ENV, PASSWORD_ENV, USER_ENV
-from quotasched.services.bus import connect
+from quotasched.services.nats.credentials import INBOX_ENV, PASSWORD_ENV, USER_ENV
+from quotasched.services.nats.bus import connect
 from quotasched.services.client import Bus
 
 _VIOLATION = re.compile(

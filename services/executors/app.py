@@ -15,14 +15,15 @@ from nats.js.api import ConsumerConfig, DeliverPolicy, ReplayPolicy
 
 from quotasched.events.base import NAME_PATTERN, NAME_RULE
 from quotasched.events.subjects import COMMANDS_STREAM, FACTS_PREFIX, FACTS_STREAM
-from quotasched.services import logs, natsfix
+from quotasched.services import logs
+from quotasched.services.nats import natsfix
 from quotasched.services.executors.base import Executor, consumer_name
 from quotasched.services.executors.ledger import Ledger
 from quotasched.services.executors.process import ProcessExecutor
 from quotasched.services.executors.simulated import SimulatedExecutor
 from quotasched.services.executors.watch import ConsumerWatch
 
-natsfix.install()  # every fact an executor reads carries four headers; see services/natsfix.py
+natsfix.install()  # every fact an executor reads carries four headers; see services/nats/natsfix.py
 
 log = logs.get("quotasched.executor")
 
@@ -131,7 +132,7 @@ async def catch_up(js, executor: Executor, on_fatal=None) -> int:
                                    handled=lambda: executor.handled_seq,
                                    expected=declared).start()  # fmt: skip
 
-    from quotasched.services.scheduler.log import ALL_FACTS, read_log
+    from quotasched.services.nats.log import ALL_FACTS, read_log
 
     try:
         info = await js.consumer_info(FACTS_STREAM, executor.consumer)

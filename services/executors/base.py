@@ -31,6 +31,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from quotasched.events.codec import encode_bytes
+from quotasched.events.commands import ReportJobStatus
+from quotasched.events.values import ReportedStatus
 from quotasched.events.subjects import FACTS_PREFIX, command_subject
 from quotasched.services import logs
 from quotasched.services.executors.ledger import Entry, Ledger
@@ -227,12 +230,12 @@ class Executor:
         self._forget(attempt)  # the scheduler ended it
 
     async def report(self, attempt: Attempt, status: str, reason: str | None = None) -> None:
-        command = {"kind": "ReportJobStatus", "jobId": attempt.job_id, "status": status,
-                   "attempt": attempt.attempt}  # fmt: skip
-        if reason:
-            command["statusReason"] = reason[:1024]
+        """ReportJobStatus about the attempt, built as the contract's own command."""
+        command = ReportJobStatus(job_id=attempt.job_id, status=ReportedStatus(status),
+                                  attempt=attempt.attempt,
+                                  status_reason=reason[:1024] if reason else None)  # fmt: skip
         subject = command_subject("ReportJobStatus", attempt.job_queue, attempt.share)
-        await self.publish(subject, json.dumps(command).encode())
+        await self.publish(subject, encode_bytes(command))
 
     async def execute(self, attempt: Attempt) -> tuple[str, str | None]:
         raise NotImplementedError

@@ -92,7 +92,7 @@ async def fleet_bucket(js, storage: str = "file"):
 async def claims_of(nats_url: str, job_id: str) -> list[tuple[int, dict[str, Any]]]:
     """The claims of a job's attempts, (attempt, {host, gpus} or {host, none}), in attempt
     order: where each attempt ran (for `quotasched logs` on the wrong host)."""
-    from quotasched.services.bus import connect
+    from quotasched.services.nats.bus import connect
 
     nc = await connect(nats_url, "quotasched-logs", timeout=5.0)  # the role's credentials, TLS
     try:

@@ -10,7 +10,7 @@ from typing import Any
 
 from quotasched.events import facts as F
 from quotasched.events.values import JobStatus, PreemptionOutcome, StatusCause
-from quotasched.services.cli.narrate import sentence as narrate
+from quotasched.services.explain.narrate import sentence as narrate
 from quotasched.services.scheduler.core import State
 
 

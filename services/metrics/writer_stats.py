@@ -42,7 +42,7 @@ class WriterStats:
         self.facts_by_subject: Counter = Counter()  # fact subject -> facts stored
         self.preemptions: Counter = Counter()  # (subject, reason, outcome) -> facts
         self.dispatches: Counter = Counter()  # (subject, reason) -> facts
-        self.append_failures: Counter = Counter()  # cause (services.bus) -> failed appends
+        self.append_failures: Counter = Counter()  # cause (services.nats.bus) -> failed appends
 
     def append_failed(self, cause: str) -> None:
         """A batch did not land; `cause` is the diagnosis (fence, disk_full, command,

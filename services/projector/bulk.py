@@ -28,7 +28,7 @@ from quotasched.events.subjects import FACTS_STREAM
 from quotasched.projections.rebuild import Spool
 from quotasched.services import logs
 from quotasched.services.projector.reading import ends_command, place_in_command
-from quotasched.services.scheduler.log import ALL_FACTS, read_log_chunks
+from quotasched.services.nats.log import ALL_FACTS, read_log_chunks
 
 log = logs.get("quotasched.projector")
 

@@ -30,7 +30,7 @@ from typing import Any
 
 import nats.errors
 
-from quotasched.services.bus import Unreachable, connect
+from quotasched.services.nats.bus import Unreachable, connect
 from quotasched.services.projector import API_PREFIX, APPLIED_SUBJECT
 
 

@@ -16,7 +16,7 @@ from nats.js.errors import NotFoundError
 
 from quotasched.events.subjects import FACTS_STREAM
 from quotasched.services import logs
-from quotasched.services.scheduler.log import ALL_FACTS, stream_seq
+from quotasched.services.nats.log import ALL_FACTS, stream_seq
 
 log = logs.get("quotasched.projector")
 

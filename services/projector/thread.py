@@ -17,7 +17,7 @@ import asyncio
 import threading
 from collections.abc import Callable
 
-from quotasched.services.bus import connect
+from quotasched.services.nats.bus import connect
 from quotasched.services.projector.service import Projector, ProjectorOptions
 
 

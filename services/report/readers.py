@@ -93,7 +93,7 @@ class ProjectorReader:
 @contextlib.contextmanager
 def projector(nats_url: str, timeout_s: float = 60.0) -> Iterator[ProjectorReader]:
     """A ProjectorReader over one NATS connection (kept for all of the report's statements)."""
-    from quotasched.services.bus import Unreachable, connect
+    from quotasched.services.nats.bus import Unreachable, connect
     from quotasched.services.projector.client import ProjectorUnavailable, request
 
     with asyncio.Runner() as runner:

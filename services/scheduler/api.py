@@ -171,8 +171,8 @@ def list_service_jobs(state: State, request: dict, reads: ReadIndex | None = Non
     if queue not in state.queues:
         raise ApiError(f"Job queue {queue} does not exist")
     status = job_status_asked(request)
-    limit = _max_results(request.get("maxResults"))
-    filters = _filters(request.get("filters"))
+    limit = max_results(request.get("maxResults"))
+    filters = list_filters(request.get("filters"))
     before = _created_bound(filters.get("BEFORE_CREATED_AT"))
     after = _created_bound(filters.get("AFTER_CREATED_AT"))
     share_names = set(filters.get("QUOTA_SHARE_NAME", []))
@@ -258,7 +258,9 @@ class JobPage:
         return f'{{"jobSummaryList": [{", ".join(self.encoded)}]{tail}}}'.encode()
 
 
-def _max_results(value: Any) -> int:
+def max_results(value: Any) -> int:
+    """A list request's maxResults: 1 to MAX_RESULTS (AWS's bound), DEFAULT_RESULTS when absent;
+    shared with the projection's answer to the same request (projections/queries.py)."""
     if value is None:
         return DEFAULT_RESULTS
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_RESULTS:
@@ -266,7 +268,7 @@ def _max_results(value: Any) -> int:
     return value
 
 
-def _filters(given: Any) -> dict[str, list[str]]:
+def list_filters(given: Any) -> dict[str, list[str]]:
     """The request's filters by name, refused when unknown or over the bounds."""
     given = given or []
     if not isinstance(given, list) or len(given) > MAX_FILTERS:

@@ -17,6 +17,7 @@ import asyncio
 import json
 import secrets
 import time
+from typing import Any
 
 from nats.aio.client import Client
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
@@ -24,8 +25,7 @@ from nats.js.errors import APIError, KeyWrongLastSequenceError, NotFoundError
 
 from quotasched.events.subjects import API_PREFIX, COMMANDS_STREAM, FACTS_STREAM, parse_api_subject
 from quotasched.services import logs
-from quotasched.services.bus import DISK_FULL, FactAppender, ensure_streams, refusal_cause
-from quotasched.services.metrics import WriterStats
+from quotasched.services.nats.bus import DISK_FULL, FactAppender, ensure_streams, refusal_cause
 from quotasched.services.scheduler import core
 from quotasched.services.scheduler.api import JobPage, answer_in
 from quotasched.services.scheduler.core.timers import earliest_due
@@ -36,7 +36,7 @@ from quotasched.services.scheduler.mode import claim_mode
 from quotasched.services.scheduler.partition import Partition
 from quotasched.services.scheduler.reads import INDEX_CHUNK, ReadIndex
 from quotasched.services.scheduler.waits import sleep_or
-from quotasched.services.scheduler.writer import SteppedDown, Writer, WriterHealth
+from quotasched.services.scheduler.writer import SteppedDown, Uncounted, Writer, WriterHealth
 from quotasched.services.settings import Settings
 
 log = logs.get("quotasched.scheduler")
@@ -63,7 +63,9 @@ class Scheduler(Writer):
         self.commands_decided = 0
         self.facts_appended = 0
         self.term: int | None = None  # the lease revision this instance's last term began with
-        self.stats = WriterStats()  # per-batch counts for the metrics endpoint
+        # Per-batch counts: a metrics.WriterStats when the process serves metrics (its
+        # composition root sets it before `run`: runtime.Stack.expose), else nothing counted.
+        self.stats: Any = Uncounted()
         self.health = WriterHealth()  # a full store, commands the log refused: across terms
         self._warm: Recovered | None = None  # the log followed so far while not leading
         self._snapshotting: asyncio.Task | None = None  # a snapshot being stored

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-from quotasched.events.codec import encode_bytes
+from quotasched.events.codec import write_json_lines
 from quotasched.events.facts import Fact
 from quotasched.projections.rebuild import Rebuilt, rebuild_from_file
 
@@ -20,14 +20,7 @@ def write_fact_log(facts: list[Fact], db_path: str, progress: bool = False) -> R
     staging = db_path + ".facts.jsonl"
     try:
         with open(staging, "wb") as handle:
-            chunk: list[bytes] = []
-            for fact in facts:
-                chunk.append(encode_bytes(fact))
-                if len(chunk) >= 8192:
-                    handle.write(b"\n".join(chunk) + b"\n")
-                    chunk.clear()
-            if chunk:
-                handle.write(b"\n".join(chunk) + b"\n")
+            write_json_lines(facts, handle, chunk=8192)
         return rebuild_from_file(staging, db_path, progress=progress)
     finally:
         if os.path.exists(staging):

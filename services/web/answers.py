@@ -12,7 +12,7 @@ import asyncio
 import time
 from typing import Any
 
-from quotasched.services.client_commands import ClientError
+from quotasched.services.client.commands import ClientError
 from quotasched.services.projector.client import ProjectorError, ProjectorUnavailable
 from quotasched.services.projector.client import request as ask_projector
 from quotasched.services.report.model import ShareAt, Step, attribute

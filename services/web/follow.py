@@ -18,8 +18,8 @@ from typing import Any
 from quotasched.events.codec import decode_fact
 from quotasched.events.subjects import ANY
 from quotasched.services import logs
-from quotasched.services.bus import last_sequence
-from quotasched.services.scheduler.log import ALL_FACTS, read_log
+from quotasched.services.nats.bus import last_sequence
+from quotasched.services.nats.log import ALL_FACTS, read_log
 
 log = logs.get("quotasched.web")
 
@@ -85,7 +85,7 @@ class Follower:
 
     def activity(self, job_queue: str) -> list[dict]:
         """The queue's recent dispatches and preemptions, newest first, each with its sentence."""
-        from quotasched.services.cli.narrate import sentence
+        from quotasched.services.explain.narrate import sentence
 
         shown = []
         for event, data in reversed(self.recent.get(job_queue, ())):

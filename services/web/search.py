@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Iterator
 
 from quotasched.services.explain.story import Entry
 from quotasched.services.explain.texts import ids_named, story_of
-from quotasched.services.scheduler.log import read_log
+from quotasched.services.nats.log import read_log
 
 CHUNK = 2000  # facts handed to the worker at once
 IN_FLIGHT = 4  # chunks read ahead of the folding: the memory a search holds

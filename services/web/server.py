@@ -27,7 +27,7 @@ from pathlib import Path
 from aiohttp import web
 
 from quotasched.services import logs
-from quotasched.services.client_commands import ClientError
+from quotasched.services.client.commands import ClientError
 from quotasched.services.endpoint.server import is_loopback
 from quotasched.services.http_guard import BindError, ConnectionGuard, bind
 from quotasched.services.settings import HttpOptions

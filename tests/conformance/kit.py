@@ -39,8 +39,8 @@ import pytest
 
 from quotasched.events.subjects import COMMANDS_STREAM
 from quotasched.services.client import Bus
-from quotasched.services.embedded import EmbeddedServer
-from quotasched.services.scheduler.log import read_messages, sequence_and_time
+from quotasched.services.nats.embedded import EmbeddedServer
+from quotasched.services.nats.log import read_messages, sequence_and_time
 from tests.integration.conftest import Process, end_jobs_left_in
 from tests.integration.helpers import eventually, holder_of, read_facts
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from quotasched.services.embedded import EmbeddedServer
+from quotasched.services.nats.embedded import EmbeddedServer
 
 QUOTASCHED = str(Path(sys.executable).parent / "quotasched")
 

@@ -20,7 +20,7 @@ from nats.js.errors import NotFoundError
 
 from quotasched.events.subjects import COMMANDS_STREAM, FACTS_STREAM, LEASES_BUCKET
 from quotasched.services.scheduler.core import State, step_raw
-from quotasched.services.scheduler.log import ALL_FACTS, read_log, read_messages, sequence_and_time
+from quotasched.services.nats.log import ALL_FACTS, read_log, read_messages, sequence_and_time
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"

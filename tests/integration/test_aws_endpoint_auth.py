@@ -27,8 +27,8 @@ from pathlib import Path
 
 import pytest
 
-from quotasched.services.auth import read_credentials
-from quotasched.services.embedded import EmbeddedServer
+from quotasched.services.config.auth import read_credentials
+from quotasched.services.nats.embedded import EmbeddedServer
 from tests.integration.conftest import QUOTASCHED, Process, wait_until
 from tests.integration.helpers import NO_TICKS, holder_of
 from tests.reliability.test_permissions import generated  # noqa: F401  (auth generate, once)

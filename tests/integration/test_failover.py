@@ -17,10 +17,10 @@ import signal
 import pytest
 
 from quotasched.events.subjects import FACTS_STREAM, fact_subject
-from quotasched.services.bus import AppendRefused, FactAppender
+from quotasched.services.nats.bus import AppendRefused, FactAppender
 from quotasched.services.client import Bus
-from quotasched.services.embedded import EmbeddedServer
-from quotasched.services.scheduler.log import ALL_FACTS
+from quotasched.services.nats.embedded import EmbeddedServer
+from quotasched.services.nats.log import ALL_FACTS
 from tests.integration.helpers import (
     NO_TICKS,
     api_ready,

@@ -17,7 +17,7 @@ from quotasched.events.codec import decode_fact
 from quotasched.services.client import Bus
 from quotasched.services.metrics import share_figures
 from quotasched.services.scheduler.core import State, evolve
-from quotasched.services.scheduler.log import ALL_FACTS, read_log
+from quotasched.services.nats.log import ALL_FACTS, read_log
 from tests.integration.helpers import (
     NO_TICKS,
     describe_process,

@@ -20,7 +20,7 @@ import pytest
 
 from quotasched.events.subjects import COMMANDS_STREAM
 from quotasched.services.client import Bus
-from quotasched.services.scheduler.log import read_commands
+from quotasched.services.nats.log import read_commands
 from quotasched.services.scheduler.partition import Partition
 from quotasched.services.scheduler.routing import decide_partition
 from tests.integration.conftest import QUOTASCHED

@@ -12,7 +12,7 @@ import json
 import pytest
 
 from quotasched.events.subjects import FACTS_STREAM, fact_subject
-from quotasched.services.bus import ensure_streams
+from quotasched.services.nats.bus import ensure_streams
 from quotasched.services.client import Bus
 from quotasched.services.projector.client import ProjectorError, request, wait_for_position
 from quotasched.services.settings import Settings

@@ -23,13 +23,13 @@ import pytest
 from quotasched import projections
 from quotasched.events.codec import encode
 from quotasched.events.subjects import FACTS_STREAM, fact_subject
-from quotasched.services.bus import ensure_streams
+from quotasched.services.nats.bus import ensure_streams
 from quotasched.services.client import Bus
 from quotasched.services.projector import APPLIED_SUBJECT
 from quotasched.services.projector.client import ProjectorError, request, wait_for_position
 from quotasched.services.replay import replay_lines
 from quotasched.services.scheduler.core import State
-from quotasched.services.scheduler.log import ALL_FACTS, read_log
+from quotasched.services.nats.log import ALL_FACTS, read_log
 from quotasched.services.settings import Settings
 from tests.integration.conftest import QUOTASCHED
 from tests.integration.helpers import (
@@ -348,7 +348,7 @@ async def test_a_lost_delivery_is_read_again_and_a_deleted_fact_is_passed_over(
     is in the stream makes it read again from its position; a fact deleted from the stream
     (as an operator might, or max_age) is passed over, as a rebuild from the stream does."""
     from quotasched.services.projector.service import Projector, ProjectorOptions
-    from quotasched.services.scheduler.log import stream_seq
+    from quotasched.services.nats.log import stream_seq
     from tests.integration.helpers import offline_facts
 
     payloads = [json.dumps(fact).encode() for fact in

@@ -26,7 +26,7 @@ from quotasched.events.subjects import command_subject
 from quotasched.services.client import Bus
 from quotasched.services.explain import story_of
 from quotasched.services.explain.queue_options import amount
-from quotasched.services.scheduler.log import ALL_FACTS, read_log
+from quotasched.services.nats.log import ALL_FACTS, read_log
 from tests.integration.helpers import G5, eventually, publish_items, read_facts, setup_commands
 from tests.integration.test_failover import wait_leading
 from tests.reliability.test_permissions import Client, generated, secured  # noqa: F401 (fixtures)

@@ -12,7 +12,7 @@ from nats.js.api import DiscardPolicy, StreamConfig
 from nats.js.errors import APIError
 
 from quotasched.events.subjects import COMMANDS_STREAM, FACTS_STREAM
-from quotasched.services.bus import DISK_FULL, connect, ensure_streams, refusal_cause
+from quotasched.services.nats.bus import DISK_FULL, connect, ensure_streams, refusal_cause
 from quotasched.services.client import Bus
 from quotasched.services.settings import Settings, StreamOptions
 from tests.integration.helpers import NOTEBOOK, api_ready, wait_decided

@@ -20,7 +20,7 @@ import pytest
 
 from quotasched.events.codec import decode_fact
 from quotasched.events.subjects import COMMANDS_STREAM, SNAPSHOTS_BUCKET
-from quotasched.services.bus import ensure_streams
+from quotasched.services.nats.bus import ensure_streams
 from quotasched.services.client import Bus
 from quotasched.services.replay import replay_lines
 from quotasched.services.scheduler.core import State, evolve

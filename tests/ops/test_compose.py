@@ -276,7 +276,7 @@ def test_the_auth_override_is_valid_and_extends_services_that_exist(monkeypatch)
 def test_the_auth_override_uses_the_files_auth_generate_writes(tmp_path):
     """Each service presents its own role's credentials, and `quotasched auth generate`
     writes exactly the files the override mounts and reads."""
-    from quotasched.services.auth import roles, shares_of, write
+    from quotasched.services.config.auth import roles, shares_of, write
 
     out = tmp_path / "nats-auth"
     written = {path.relative_to(tmp_path).as_posix()

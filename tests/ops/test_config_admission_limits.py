@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from quotasched.events.values import QuotaShareOptions
-from quotasched.services import config_as_code as cac
+from quotasched.services.config import as_code as cac
 from quotasched.services.client import Bus
 from tests.builders import Cluster
 from tests.ops.test_config_live import EXAMPLE, configuration_facts, live, run, write  # noqa: F401

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from quotasched.services import config_as_code as cac
-from quotasched.services.auth import read_credentials
-from quotasched.services.embedded import EmbeddedServer
+from quotasched.services.config import as_code as cac
+from quotasched.services.config.auth import read_credentials
+from quotasched.services.nats.embedded import EmbeddedServer
 from tests.integration.conftest import wait_until
 from tests.integration.test_cli_live import wait_for_scheduler
 

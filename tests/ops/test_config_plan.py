@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from quotasched.events.codec import encode
-from quotasched.services import config_as_code as cac
+from quotasched.services.config import as_code as cac
 from quotasched.services.scheduler import api
 from tests.builders import Cluster
 

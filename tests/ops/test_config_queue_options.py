@@ -16,7 +16,7 @@ import yaml
 
 from quotasched.events.commands import SetJobQueueOptions
 from quotasched.events.values import JobQueueOptions
-from quotasched.services import config_as_code as cac
+from quotasched.services.config import as_code as cac
 from tests.builders import Cluster
 from tests.ops.test_config_live import EXAMPLE, configuration_facts, live, run, write  # noqa: F401
 from tests.ops.test_config_plan import live_of, problems

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from quotasched.services.embedded import EmbeddedServer
+from quotasched.services.nats.embedded import EmbeddedServer
 
 
 @pytest.fixture

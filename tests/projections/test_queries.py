@@ -253,7 +253,7 @@ async def test_a_rebuild_from_the_stream_equals_a_rebuild_from_the_file(nats_ser
     import nats
 
     from quotasched.events.subjects import fact_subject
-    from quotasched.services.bus import ensure_streams
+    from quotasched.services.nats.bus import ensure_streams
     from quotasched.services.settings import Settings
 
     _, facts = replayed("random-1")

@@ -12,8 +12,8 @@ import pytest
 
 from quotasched.events.subjects import FACTS_STREAM, fact_subject
 from quotasched.projections import FactNotApplicable, SpoolFailed, queries, rebuild, store
-from quotasched.services.bus import ensure_streams
-from quotasched.services.scheduler.log import read_log, read_log_chunks
+from quotasched.services.nats.bus import ensure_streams
+from quotasched.services.nats.log import read_log, read_log_chunks
 from quotasched.services.settings import Settings
 from tests.projections.helpers import facts_of, random_workload
 

@@ -55,7 +55,7 @@ async def publish_retrying(js, items, pace=None, published: list[int] | None = N
     A retry of a command that was stored after all is recognised by the stream's duplicate
     window and acked with the first one's sequence, so each command is stored once."""
     from quotasched.events.subjects import COMMANDS_STREAM, subject_for_command
-    from quotasched.services.client_commands import as_command as _as_command
+    from quotasched.services.client.commands import as_command as _as_command
 
     seqs = published if published is not None else []
     for index, (command, route) in enumerate(items):

@@ -16,7 +16,7 @@ import pytest
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
 from quotasched.events.subjects import COMMANDS_STREAM, FACTS_STREAM, command_subject
-from quotasched.services.auth import CONSUMER_SLOTS
+from quotasched.services.config.auth import CONSUMER_SLOTS
 from tests.integration.helpers import G5, NO_TICKS, NOTEBOOK, eventually, wait_decided
 from tests.integration.test_failover import wait_leading
 from tests.reliability.test_permissions import Client, generated, secured, without_url  # noqa: F401
@@ -95,7 +95,7 @@ async def test_an_executor_role_cannot_touch_a_teams_consumer_nor_the_schedulers
         secured, role):  # fmt: skip
     _, creds = secured
     async with Client(creds["scheduler"]) as scheduler:
-        from quotasched.services.bus import ensure_streams
+        from quotasched.services.nats.bus import ensure_streams
         from quotasched.services.settings import Settings
 
         await ensure_streams(scheduler.js, Settings())

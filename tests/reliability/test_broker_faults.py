@@ -17,9 +17,9 @@ import random
 
 import pytest
 
-from quotasched.services.bus import ensure_streams
+from quotasched.services.nats.bus import ensure_streams
 from quotasched.services.client import Bus
-from quotasched.services.embedded import EmbeddedServer, free_port
+from quotasched.services.nats.embedded import EmbeddedServer, free_port
 from quotasched.services.settings import Settings, StreamOptions
 from tests.integration.helpers import (
     NO_TICKS,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from quotasched.services.client import Bus
-from quotasched.services.embedded import free_port
+from quotasched.services.nats.embedded import free_port
 from tests.integration.helpers import publish_items, read_facts, setup_commands, wait_decided
 from tests.reliability.test_up_process import (  # noqa: F401  (ups is a fixture)
     announced,

@@ -28,7 +28,7 @@ from nats.js.api import StreamConfig
 from nats.js.errors import APIError
 
 from quotasched.services.client import Bus
-from quotasched.services.embedded import EmbeddedServer, free_port
+from quotasched.services.nats.embedded import EmbeddedServer, free_port
 from quotasched.services.storage_watch import StorageWatch
 from tests.integration.helpers import (
     NO_TICKS,

@@ -226,7 +226,7 @@ async def test_simulated_executor_starts_the_preemptor_after_its_victims_stopped
     stops instantly, which would hide an executor that does not wait."""
     from faststream.nats import NatsBroker
 
-    from quotasched.services.auth import broker_options
+    from quotasched.services.nats.credentials import broker_options
     from quotasched.services.executors import app as executor_app
 
     events: list[Event] = []

@@ -20,7 +20,7 @@ from nats.js.errors import NotFoundError
 
 from quotasched.events.subjects import COMMANDS_STREAM, FACTS_STREAM
 from quotasched.services.client import Bus
-from quotasched.services.client_commands import ClientError
+from quotasched.services.client.commands import ClientError
 from tests.integration.helpers import eventually, publish_items, setup_commands
 from tests.integration.test_failover import wait_leading
 

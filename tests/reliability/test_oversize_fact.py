@@ -17,7 +17,7 @@ import pytest
 
 from quotasched.services.audit.live import verify_bus
 from quotasched.services.client import Bus
-from quotasched.services.embedded import EmbeddedServer
+from quotasched.services.nats.embedded import EmbeddedServer
 from quotasched.services.scheduler.refusals import LOG_REFUSAL
 from tests.integration.helpers import (
     G5,

@@ -19,8 +19,9 @@ import nats
 import pytest
 
 from quotasched.events.subjects import COMMANDS_STREAM, FACTS_STREAM
-from quotasched.services.auth import CONSUMER_SLOTS, connect_options, read_credentials
-from quotasched.services.embedded import EmbeddedServer
+from quotasched.services.nats.credentials import connect_options
+from quotasched.services.config.auth import CONSUMER_SLOTS, read_credentials
+from quotasched.services.nats.embedded import EmbeddedServer
 from tests.integration.helpers import eventually
 from tests.reliability.test_permissions import generated  # noqa: F401 (the generated config)
 
@@ -159,7 +160,7 @@ def server_and_creds(tmp_path_factory, generated):
 
 async def _create_streams(env: dict[str, str]) -> None:
     """The streams and buckets, as the scheduler makes them at its start."""
-    from quotasched.services.bus import ensure_streams
+    from quotasched.services.nats.bus import ensure_streams
     from quotasched.services.settings import Settings
 
     nc = await nats.connect(env["url"], **connect_options(env))

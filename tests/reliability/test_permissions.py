@@ -23,9 +23,10 @@ from nats.js.errors import NotFoundError
 
 from quotasched.events.codec import decode_command
 from quotasched.events.subjects import COMMANDS_STREAM, FACTS_STREAM, command_subject, subject_for_command
-from quotasched.services.auth import connect_options, read_credentials
-from quotasched.services.bus import Unreachable, connect
-from quotasched.services.embedded import EmbeddedServer
+from quotasched.services.nats.credentials import connect_options
+from quotasched.services.config.auth import read_credentials
+from quotasched.services.nats.bus import Unreachable, connect
+from quotasched.services.nats.embedded import EmbeddedServer
 from tests.integration.conftest import QUOTASCHED
 from tests.integration.helpers import NO_TICKS, NOTEBOOK, ROOT, eventually, wait_decided
 from tests.integration.test_failover import wait_leading

@@ -20,8 +20,9 @@ from unittest import mock
 import pytest
 
 from quotasched.events.subjects import FACTS_STREAM, command_subject
-from quotasched.services import client_commands
-from quotasched.services.auth import INBOX_ENV, PASSWORD_ENV, TLS_CA_ENV, USER_ENV, team_consumers
+from quotasched.services.client import commands as client_commands
+from quotasched.services.nats.credentials import INBOX_ENV, PASSWORD_ENV, TLS_CA_ENV, USER_ENV
+from quotasched.services.config.auth import team_consumers
 from quotasched.services.client import Bus, ClientError
 from tests.integration.conftest import QUOTASCHED
 from tests.integration.helpers import NO_TICKS, NOTEBOOK, eventually, wait_decided

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from quotasched.services.client import Bus
-from quotasched.services.embedded import free_port
+from quotasched.services.nats.embedded import free_port
 from tests.integration.conftest import QUOTASCHED, Process, end_jobs_left_in
 from quotasched.events.subjects import FACTS_STREAM
 from tests.integration.helpers import (

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from quotasched.services.client import Bus
-from quotasched.services.embedded import free_port
+from quotasched.services.nats.embedded import free_port
 from tests.integration.helpers import eventually, publish_items, read_facts, setup_commands
 from tests.reliability.test_up_process import alive, announced, decide, ups  # noqa: F401 (fixture)
 

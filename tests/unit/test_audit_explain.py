@@ -459,7 +459,7 @@ def test_bus_reader_holds_back_a_command_still_being_appended(monkeypatch):
     import queue as queue_module
     from types import SimpleNamespace
 
-    import quotasched.services.scheduler.log as log_module
+    import quotasched.services.nats.log as log_module
     from quotasched.services.audit import BusReader
 
     texts = (GOLDEN / "notebook.facts.jsonl").read_text().splitlines()[:13]  # command 10: 2 of 3

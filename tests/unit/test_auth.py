@@ -8,7 +8,7 @@ import json
 
 import bcrypt
 
-from quotasched.services import auth
+from quotasched.services.config import auth
 
 
 def test_the_server_file_holds_bcrypt_hashes_of_the_roles_passwords_only(tmp_path):

@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from quotasched.services import auth
+from quotasched.services.config import auth
 from tests.integration.conftest import QUOTASCHED
 
 

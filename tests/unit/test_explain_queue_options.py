@@ -18,7 +18,7 @@ from pathlib import Path
 
 from quotasched.events import facts as F
 from quotasched.events.codec import decode_fact
-from quotasched.services.cli.narrate import sentence
+from quotasched.services.explain.narrate import sentence
 from quotasched.services.explain import explain, render, why_waiting
 from tests.builders import G5, Cluster, dispatched_ids
 from tests.projections.helpers import command, setup, share

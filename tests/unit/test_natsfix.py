@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from quotasched.services import natsfix
+from quotasched.services.nats import natsfix
 
 # Header-ish bytes: names and values from a mix of token characters, whitespace of every kind
 # str.isspace() knows in ASCII (including \x1c-\x1f), colons, CR/LF and non-ASCII bytes.
@@ -33,6 +33,6 @@ def test_a_stored_fact_header_block():
 def test_installed_by_the_bus_module():
     from nats.aio.client import Client
 
-    import quotasched.services.bus  # noqa: F401  (installs it)
+    import quotasched.services.nats.bus  # noqa: F401  (installs it)
 
     assert Client._parse_header_lines is natsfix.parse_header_lines

@@ -9,8 +9,8 @@ import pytest
 
 from quotasched.events.codec import decode_command
 from quotasched.events.subjects import parse_command_subject, subject_for_command
-from quotasched.services.client_reads import merge as _merge
-from quotasched.services.client_reads import queue_of as _queue_of
+from quotasched.services.client.reads import merge as _merge
+from quotasched.services.client.reads import queue_of as _queue_of
 from quotasched.services.scheduler.api import answer_in
 from quotasched.services.scheduler.core import State
 from quotasched.services.scheduler.partition import Partition, partition_mode

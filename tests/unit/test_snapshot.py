@@ -9,7 +9,7 @@ from pathlib import Path
 from quotasched.services.replay import replay_lines
 from quotasched.services.scheduler.core import State
 from quotasched.services.scheduler.core.views import canonical_state
-from quotasched.services.scheduler.log import SNAPSHOT_VERSION, Recovered, capture_snapshot, encode_snapshot
+from quotasched.services.scheduler.log import Recovered, SNAPSHOT_VERSION, capture_snapshot, encode_snapshot
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

@@ -24,7 +24,7 @@ from nats.js.kv import _is_key_valid
 
 from quotasched.events.base import JOB_ID_RULE, NAME_RULE, is_path_component
 from quotasched.events.codec import DecodeError, decode_command
-from quotasched.services.client_reads import queue_of
+from quotasched.services.client.reads import queue_of
 from quotasched.services.executors.fleet import claim_key, job_key
 
 QUOTASCHED = str(Path(sys.executable).parent / "quotasched")

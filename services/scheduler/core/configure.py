@@ -14,8 +14,6 @@ from quotasched.events import commands as C
 from quotasched.events import facts as F
 from quotasched.events.values import (
     JobStatus,
-    ResourceSharingConfiguration,
-    SharingStrategy,
     State as OnOff,
     StatusCause,
 )
@@ -103,13 +101,6 @@ def _update_queue(round_: Round, command: C.UpdateJobQueue) -> None:
     ))  # fmt: skip
 
 
-def _sharing(config: ResourceSharingConfiguration) -> ResourceSharingConfiguration:
-    """Spell out AWS's default borrowLimit (-1, unlimited) so the record is explicit."""
-    if config.strategy is SharingStrategy.LEND_AND_BORROW and config.borrow_limit is None:
-        return ResourceSharingConfiguration(strategy=config.strategy, borrow_limit=-1)
-    return config
-
-
 @handles(C.CreateQuotaShare)
 def _create_share(round_: Round, command: C.CreateQuotaShare) -> None:
     names: dict[str, Any] = {"job_queue": command.job_queue, "quota_share_name": command.quota_share_name}
@@ -128,7 +119,7 @@ def _create_share(round_: Round, command: C.CreateQuotaShare) -> None:
         )  # fmt: skip
     round_.emit(F.QuotaShareCreated(
         **fact_base(round_), **names, capacity_limits=command.capacity_limits,
-        resource_sharing_configuration=_sharing(command.resource_sharing_configuration),
+        resource_sharing_configuration=command.resource_sharing_configuration.as_recorded(),
         preemption_configuration=command.preemption_configuration, state=command.state,
     ))  # fmt: skip
 
@@ -154,7 +145,7 @@ def _update_share(round_: Round, command: C.UpdateQuotaShare) -> None:
         **fact_base(round_), **names,
         capacity_limits=command.capacity_limits or current.capacity_limits,
         resource_sharing_configuration=(
-            _sharing(sharing) if sharing else current.resource_sharing_configuration
+            sharing.as_recorded() if sharing else current.resource_sharing_configuration
         ),
         preemption_configuration=command.preemption_configuration or current.preemption_configuration,
         state=command.state or current.state,

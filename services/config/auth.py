@@ -34,7 +34,8 @@ one team receive another's facts).
 A process presents its credentials through the environment, so every entry point (CLI, Python
 client, services) uses them alike: QUOTASCHED_NATS_USER, QUOTASCHED_NATS_PASSWORD,
 QUOTASCHED_NATS_INBOX_PREFIX, and QUOTASCHED_NATS_TLS_CA (a CA bundle: TLS, with the server's
-certificate verified against it).  A role's credentials file holds those lines.
+certificate verified against it); services/nats/credentials.py reads them.  A role's
+credentials file holds those lines.
 
 Each role also gets an AWS-style access key pair for the AWS Batch endpoint (`quotasched
 endpoint --keys`): its credentials file holds AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY too,
@@ -48,8 +49,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import ssl
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -59,16 +59,18 @@ from quotasched.events.subjects import (
     COMMANDS_PREFIX,
     COMMANDS_STREAM,
     FACTS_PREFIX,
-    FLEET_BUCKET,
     FACTS_STREAM,
+    FLEET_BUCKET,
     LEASES_BUCKET,
     SNAPSHOTS_BUCKET,
 )
+from quotasched.services.nats.credentials import (
+    INBOX_ENV,
+    PASSWORD_ENV,
+    TLS_CA_ENV,
+    USER_ENV,
+)
 
-USER_ENV = "QUOTASCHED_NATS_USER"
-PASSWORD_ENV = "QUOTASCHED_NATS_PASSWORD"
-INBOX_ENV = "QUOTASCHED_NATS_INBOX_PREFIX"
-TLS_CA_ENV = "QUOTASCHED_NATS_TLS_CA"
 ACCESS_KEY_ENV = "AWS_ACCESS_KEY_ID"  # the AWS CLI's and boto3's own variables
 SECRET_KEY_ENV = "AWS_SECRET_ACCESS_KEY"
 ENDPOINT_KEYS_FILE = "endpoint-keys.json"
@@ -77,42 +79,11 @@ KEY_ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"  # AWS's: upper-case letters a
 SECRET_ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
 
 TEAM_QUEUE_ENV = "QUOTASCHED_TEAM_QUEUE"  # a pipeline's own (queue, share): where its reads go
-TEAM_SHARE_ENV = "QUOTASCHED_TEAM_SHARE"  # (services.client_reads)
+TEAM_SHARE_ENV = "QUOTASCHED_TEAM_SHARE"  # (services.client.reads)
 
 JOB_COMMANDS = ("SubmitServiceJob", "UpdateServiceJob", "TerminateServiceJob")
 PROJECTOR_PREFIX = "qm.proj"  # services.projector.API_PREFIX
 PROJECTED = "qm.projected"  # services.projector.APPLIED_SUBJECT
-
-
-def connect_options(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """nats.connect keyword arguments for the credentials, inbox prefix and TLS CA in the
-    environment (nothing when none is set)."""
-    environ = os.environ if environ is None else environ
-    options: dict[str, Any] = {}
-    if environ.get(USER_ENV):
-        options["user"] = environ[USER_ENV]
-        options["password"] = environ.get(PASSWORD_ENV, "")
-    if environ.get(INBOX_ENV):
-        options["inbox_prefix"] = environ[INBOX_ENV]
-    if environ.get(TLS_CA_ENV):
-        options["tls"] = ssl.create_default_context(cafile=environ[TLS_CA_ENV])
-    return options
-
-
-def broker_options(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """The same, as FastStream's NatsBroker keyword arguments (its `security` object)."""
-    from faststream.security import BaseSecurity, SASLPlaintext
-
-    options = connect_options(environ)
-    broker: dict[str, Any] = {}
-    if "inbox_prefix" in options:
-        broker["inbox_prefix"] = options["inbox_prefix"]
-    if "user" in options:
-        broker["security"] = SASLPlaintext(options["user"], options["password"],
-                                           ssl_context=options.get("tls"))  # fmt: skip
-    elif "tls" in options:
-        broker["security"] = BaseSecurity(ssl_context=options["tls"])
-    return broker
 
 
 def new_access_key_id() -> str:
@@ -350,7 +321,7 @@ def shares_of(path: str | Path) -> list[tuple[str, str]]:
     config apply`, or a command file (JSON Lines) whose CreateQuotaShare commands count."""
     path = Path(path)
     if path.suffix in (".yaml", ".yml"):
-        from quotasched.services.config_as_code import load
+        from quotasched.services.config.as_code import load
 
         return list(load(path).shares)
     pairs = []

@@ -22,8 +22,8 @@ from quotasched.events.commands import (
     UpdateServiceEnvironment,
 )
 from quotasched.events.values import JobQueueOptions, QuotaShareOptions, State
-from quotasched.services.config_aspects import ASPECTS, IMMUTABLE, _show_limits
-from quotasched.services.config_file import Configuration, Options, ShareKey
+from quotasched.services.config.aspects import ASPECTS, IMMUTABLE, _show_limits
+from quotasched.services.config.file import Configuration, Options, ShareKey
 
 
 @dataclass(frozen=True)

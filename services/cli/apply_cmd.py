@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from quotasched.services.cli.aws_options import (
+from quotasched.services.cli.verbs import (
     EXIT_REFUSED,
     EXIT_UNDECIDED,
     EXIT_USAGE,
@@ -18,8 +18,8 @@ from quotasched.services.cli.aws_options import (
     NatsUrl,
     register_verb,
 )
-from quotasched.services.cli.aws_session import no_scheduler, no_streams, publish, run, session
-from quotasched.services.client_commands import Decisions
+from quotasched.services.cli.session import no_scheduler, no_streams, publish, run, session
+from quotasched.services.client.commands import Decisions
 
 __all__ = ["Decisions", "apply"]  # Decisions: also config apply's (services.cli.config_cli)
 

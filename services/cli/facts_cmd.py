@@ -9,8 +9,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from quotasched.services.cli.aws_options import EXIT_USAGE, PANEL_LOG, NatsUrl, name_from_arn, register_verb
-from quotasched.services.cli.aws_session import no_streams, run, session
+from quotasched.services.cli.verbs import EXIT_USAGE, PANEL_LOG, NatsUrl, name_from_arn, register_verb
+from quotasched.services.cli.session import no_streams, run, session
 
 
 @register_verb("facts", PANEL_LOG)
@@ -66,7 +66,7 @@ async def _copy_facts(bus, subject: str, follow: bool) -> None:
 
     from nats.js.errors import NotFoundError
 
-    from quotasched.services.scheduler.log import read_log
+    from quotasched.services.nats.log import read_log
 
     out = sys.stdout
     try:

@@ -3,7 +3,7 @@ one-line summary of its counts."""
 
 from __future__ import annotations
 
-from quotasched.services.config_plan import Plan
+from quotasched.services.config.plan import Plan
 
 
 SIGNS = {"create": "+", "update": "~", "delete": "-"}

@@ -22,17 +22,17 @@ reads the live state over NATS, prints the plan and publishes its commands.
 
 This module is the public face; the work is done by
 
-    services/config_file.py     the file: sections, strict validation, load/parse, export form
-    services/config_aspects.py  the fields a plan compares, how it shows them, which may change
-    services/config_plan.py     the desired-vs-live diff and the commands of a plan
-    services/config_render.py   the plan as a diff-like listing and a summary line
+    services/config/file.py     the file: sections, strict validation, load/parse, export form
+    services/config/aspects.py  the fields a plan compares, how it shows them, which may change
+    services/config/plan.py     the desired-vs-live diff and the commands of a plan
+    services/config/render.py   the plan as a diff-like listing and a summary line
 """
 
 from __future__ import annotations
 
 from quotasched.events.values import State  # re-exported: callers name states as `config_as_code.State`
-from quotasched.services.config_aspects import ASPECTS, IMMUTABLE, LIMITS, STATE, Aspect
-from quotasched.services.config_file import (
+from quotasched.services.config.aspects import ASPECTS, IMMUTABLE, LIMITS, STATE, Aspect
+from quotasched.services.config.file import (
     NOT_EXPORTED,
     NOT_IN_FILES,
     SECTIONS,
@@ -45,8 +45,8 @@ from quotasched.services.config_file import (
     parse,
     to_document,
 )
-from quotasched.services.config_plan import Change, Plan, doomed_shares, plan
-from quotasched.services.config_render import SIGNS, render, summary
+from quotasched.services.config.plan import Change, Plan, doomed_shares, plan
+from quotasched.services.config.render import SIGNS, render, summary
 
 __all__ = [
     "ASPECTS",

@@ -20,7 +20,7 @@ from nats.js.errors import APIError
 from quotasched.events.codec import decode_command, decode_fact
 from quotasched.events.facts import CommandRejected, Fact
 from quotasched.events.subjects import FACTS_PREFIX, FACTS_STREAM, fact_subject, parse_command_subject
-from quotasched.services.auth import CONSUMER_SLOTS, team_consumers
+from quotasched.services.config.auth import CONSUMER_SLOTS, team_consumers
 
 ALL_FACTS = f"{FACTS_PREFIX}.>"
 
@@ -46,7 +46,7 @@ def raise_if_rejected(facts: list[Fact]) -> list[Fact]:
     return facts
 
 
-TEAM_ROLE_PREFIX = "pipeline-"  # services.auth.roles: pipeline-<queue>-<share>
+TEAM_ROLE_PREFIX = "pipeline-"  # services.config.auth.roles: pipeline-<queue>-<share>
 CONSUMER_IDLE_S = 10.0  # the server removes a team's consumer this long after its client left
 SLOT_RETRY_S = 0.2  # every slot taken: look again after this long
 POLL_S = 0.05  # how often a team looks whether a partly seen decision is complete
@@ -63,7 +63,7 @@ def facts_of_command(subject: str) -> str:
 
 
 def team_role(nc) -> str | None:
-    """The pipeline role this connection logged in as (`services.auth`), or None (admin, or
+    """The pipeline role this connection logged in as (`services.config.auth`), or None (admin, or
     a server without authorization)."""
     user = (getattr(nc, "options", None) or {}).get("user") or ""
     return user if user.startswith(TEAM_ROLE_PREFIX) else None
@@ -101,7 +101,7 @@ class Decisions:
     Without a pipeline's credentials (admin, or a server without authorization): one ordered
     consumer over the whole log, `start`.  A pipeline (`pipeline-<queue>-<share>`) may create
     consumers only in its slots `<role>-0` .. `-7`, filtered on its share's facts
-    (`services.auth.fact_reader`): `follow(subject)`, called before publishing on `subject`,
+    (`services.config.auth.fact_reader`): `follow(subject)`, called before publishing on `subject`,
     takes the first free slot (one another client holds is refused "already exists": the
     next), as an ephemeral push consumer the server removes CONSUMER_IDLE_S after its client
     went away; `close` deletes it.

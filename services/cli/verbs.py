@@ -2,7 +2,7 @@
 panel, and the options they share with `config`.
 
 A module decorates each command with `register_verb`, which registers it on `cli` with its
-docstring as help; `services.cli.aws` hands them to the `quotasched` app in a fixed order.
+docstring as help; `services.cli.log_cli` hands them to the `quotasched` app in a fixed order.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from quotasched.services.cli.aws_options import Output
+from quotasched.services.cli.verbs import Output
 
 
 def emit(document: dict[str, Any], output: Output,

@@ -1,4 +1,4 @@
-"""A faster, equivalent header parser for nats-py 2.16 (installed by services.bus on import).
+"""A faster, equivalent header parser for nats-py 2.16 (installed by services.nats.bus on import).
 
 nats-py parses the header block of every message it receives in Python, and checks each header
 *name* for whitespace one character at a time in a generator expression.  Every fact carries

@@ -13,8 +13,9 @@ Exit status: 0 done; 1 the scheduler refused something (CommandRejected); 2 noth
 the scheduler (bad input, checked locally, or no NATS server / scheduler); 3 the outcome is not
 known yet (stored, not decided within --wait-timeout).
 
-They live in `aws_apply` and `aws_facts`; what they share with `config` is in `aws_options`
-(common options, values), `aws_session` (NATS, exit codes) and `aws_output` (JSON and tables).
+They live in `apply_cmd` and `facts_cmd`; what they share with `config` is in `verbs`
+(declaring a command, common options, values), `session` (NATS, exit codes) and `output` (JSON
+and tables).
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ from __future__ import annotations
 import typer
 
 # Importing the modules registers their commands on `cli`.
-from quotasched.services.cli import aws_apply, aws_facts  # noqa: F401
-from quotasched.services.cli.aws_options import cli
+from quotasched.services.cli import apply_cmd, facts_cmd  # noqa: F401
+from quotasched.services.cli.verbs import cli
 
 # The order `quotasched --help` lists them in (Typer keeps the order of registration).
 VERBS = ("apply", "facts")

@@ -1,6 +1,6 @@
 """Running an `aws batch` verb against the scheduler: the NATS connection, asking, local checks,
 publishing and waiting for decisions, and turning every failure into the verbs' exit status
-(1 refused, 2 nothing reached the scheduler, 3 stored but undecided; see `services.cli.aws`).
+(1 refused, 2 nothing reached the scheduler, 3 stored but undecided; see `services.cli.log_cli`).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from typing import Any
 
 import typer
 
-from quotasched.services.cli.aws_options import EXIT_REFUSED, EXIT_UNDECIDED, EXIT_USAGE, Failure, Output
-from quotasched.services.cli.aws_output import emit
+from quotasched.services.cli.verbs import EXIT_REFUSED, EXIT_UNDECIDED, EXIT_USAGE, Failure, Output
+from quotasched.services.cli.output import emit
 from quotasched.services.cli.shorthand import ShorthandError
 
 
@@ -49,8 +49,8 @@ async def session(url: str | None, reconnect_forever: bool = False):
     services' own connection retries forever, which a command line must not)."""
     import nats
 
-    from quotasched.services.auth import connect_options
-    from quotasched.services.bus import error_reason
+    from quotasched.services.nats.credentials import connect_options
+    from quotasched.services.nats.bus import error_reason
     from quotasched.services.client import Bus
 
     bus = Bus(url, name="quotasched-cli")

@@ -33,11 +33,11 @@ from quotasched.events.subjects import (
     LEASES_BUCKET,
     SNAPSHOTS_BUCKET,
 )
-from quotasched.services import natsfix
-from quotasched.services.auth import connect_options
+from quotasched.services.nats import natsfix
+from quotasched.services.nats.credentials import connect_options
 from quotasched.services.settings import Settings, StreamOptions
 
-natsfix.install()  # nats-py's header parser costs ~10 µs a fact; see services/natsfix.py
+natsfix.install()  # nats-py's header parser costs ~10 µs a fact; see services/nats/natsfix.py
 
 
 class Unreachable(ConnectionError):

@@ -14,7 +14,6 @@ from quotasched.events.values import (
     FairShareWeight,
     JobQueueOptions,
     ResourceSharingConfiguration,
-    SharingStrategy,
 )
 
 
@@ -26,15 +25,8 @@ def _show_limits(items) -> str:
     return ", ".join(f"{item.max_capacity} {item.capacity_unit}" for item in items)
 
 
-def _sharing(config: ResourceSharingConfiguration) -> ResourceSharingConfiguration:
-    """As the scheduler records it: LEND_AND_BORROW without borrowLimit means -1."""
-    if config.strategy is SharingStrategy.LEND_AND_BORROW and config.borrow_limit is None:
-        return ResourceSharingConfiguration(strategy=config.strategy, borrow_limit=-1)
-    return config
-
-
 def _show_sharing(config: ResourceSharingConfiguration) -> str:
-    config = _sharing(config)
+    config = config.as_recorded()
     if config.borrow_limit is None:
         return config.strategy.value
     return f"{config.strategy.value} (borrowLimit {config.borrow_limit})"
@@ -102,7 +94,7 @@ ASPECTS: dict[str, tuple[Aspect, ...]] = {
     "quota share": (
         LIMITS,
         Aspect("resourceSharingConfiguration", "resource_sharing_configuration",
-               show=_show_sharing, key=_sharing),
+               show=_show_sharing, key=ResourceSharingConfiguration.as_recorded),
         Aspect("preemptionConfiguration", "preemption_configuration",
                show=lambda p: f"inSharePreemption {p.in_share_preemption.value}"), STATE),
     "quota share options": (Aspect("options", "options", show=lambda o: o.summary()),),

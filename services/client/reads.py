@@ -24,7 +24,7 @@ from nats.errors import NoRespondersError
 
 from quotasched.events.base import NAME_PATTERN
 from quotasched.events.subjects import ANY, api_subject
-from quotasched.services.auth import TEAM_QUEUE_ENV, TEAM_SHARE_ENV
+from quotasched.services.config.auth import TEAM_QUEUE_ENV, TEAM_SHARE_ENV
 
 RESPONDER_WAIT_S = 8.0  # a lease TTL (6 s) and then some: how long a read waits for a leader
 PAGE_MAX = 1000  # the most jobs one list-service-jobs answer holds (AWS's maxResults bound)

@@ -13,12 +13,13 @@ request/reply.  `AsyncTrainingQueue` / `AsyncTrainingQueuedJob` are the async AP
 `TrainingQueue` / `TrainingQueuedJob` classes run the same code on a private event loop.
 
 With a pipeline's credentials (`QUOTASCHED_NATS_USER=pipeline-<queue>-<share>` etc., see
-`services.auth`) a wait follows the facts under the team's own share through one of its eight
-consumer slots, deleted when the decision is in (`client_commands.Decisions`).
+`services.config.auth`) a wait follows the facts under the team's own share through one of its
+eight consumer slots, deleted when the decision is in (`commands.Decisions`).
 
-This module is the SDK's public face; its helpers live beside it: `client_reads` (routing
-read requests, retries while no leader answers, merging a fan-out), `client_commands`
-(commands in, decisions out, `ClientError`) and `client_loop` (the sync API's event loop).
+This module is the SDK's public face (re-exported by the package, so users import
+`quotasched.services.client`); its helpers live beside it: `reads` (routing read requests,
+retries while no leader answers, merging a fan-out), `commands` (commands in, decisions out,
+`ClientError`) and `loop` (the sync API's event loop).
 """
 
 from __future__ import annotations
@@ -31,10 +32,10 @@ from typing import Any
 
 from quotasched.events.facts import Fact
 from quotasched.events.subjects import ANY, COMMANDS_STREAM, subject_for_command
-from quotasched.services.bus import connect
-from quotasched.services.client_commands import ClientError, Decisions, as_command, raise_if_rejected
-from quotasched.services.client_loop import _Loop
-from quotasched.services.client_reads import HANDOVER_WAIT_S, RESPONDER_WAIT_S, ask, merge, queue_of  # noqa: F401
+from quotasched.services.nats.bus import connect
+from quotasched.services.client.commands import ClientError, Decisions, as_command, raise_if_rejected
+from quotasched.services.client.loop import _Loop
+from quotasched.services.client.reads import HANDOVER_WAIT_S, RESPONDER_WAIT_S, ask, merge, queue_of  # noqa: F401
 
 FORGOTTEN_WAIT_S = 2.0  # how long a describe of an unknown job waits for the projection
 
@@ -46,7 +47,7 @@ def resolve_url(url: str | None) -> str:
 
 
 class Bus:
-    """`credentials`: the variables of a role's credentials file (`services.auth`) to connect
+    """`credentials`: the variables of a role's credentials file (`services.config.auth`) to connect
     with instead of the environment's, for a process acting as several roles."""
 
     def __init__(self, url: str | None = None, name: str = "quotasched-client",
