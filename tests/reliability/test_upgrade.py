@@ -14,6 +14,7 @@ why; an attempt the new code starts itself ends as it ends.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import shutil
 import tempfile
 import zipfile
@@ -29,12 +30,15 @@ from tests.reliability.test_up_process import alive, announced, decide, ups  # n
 pytestmark = [pytest.mark.nats, pytest.mark.slow]
 
 WHEEL = Path(__file__).parent / "previous_release" / "quotasched-e7b9cdf-py3-none-any.whl"
+WHEEL_SHA256 = "2b7c8a5c51a27cc8373c75e54b9337499125548b963bd52e9b9b2377d4a3196e"  # previous_release/README.md
 G5 = "ml.g5.xlarge"
 
 
 @pytest.fixture
 def previous_release(tmp_path) -> dict[str, str]:
     """The environment that runs the previous release's `quotasched` on this interpreter."""
+    digest = hashlib.sha256(WHEEL.read_bytes()).hexdigest()
+    assert digest == WHEEL_SHA256, f"{WHEEL} is not the wheel built from e7b9cdf (sha256 {digest})"
     folder = tmp_path / "previous-release"
     with zipfile.ZipFile(WHEEL) as wheel:
         wheel.extractall(folder)
