@@ -88,11 +88,12 @@ from nats.js.api import (  # noqa: E402
     StreamConfig,
 )
 
+from quotasched.events.base import MAX_INSTANCES  # noqa: E402
 from quotasched.events.codec import decode_command  # noqa: E402
 from quotasched.events.subjects import COMMANDS_STREAM, FACTS_STREAM, subject_for_command  # noqa: E402
 from quotasched.services.nats.embedded import EmbeddedServer  # noqa: E402
 
-RATIO_TARGET = 0.50
+RATIO_TARGET = 0.80  # issue 34's goal (it was 0.50)
 P99_TARGET_MS = 10.0
 DURABLE = "scheduler-main"  # services.scheduler.service: f"scheduler-{partition}"
 BATCH = 512  # the scheduler's default batch_commands, used by the raw writer too
@@ -745,7 +746,9 @@ async def run_latency_scheduler(rate: float, seconds: float, warmup_s: float, pr
         await ensure_streams(server.url)
         nc = await connect(server.url, "live-bench-latency")
         js = nc.jetstream(publish_async_max_pending=4000)
-        setup = setup_commands(capacity=50_000_000, share_limit=10_000_000)
+        # Room for every paced job (they never end): AWS's bound on a capacity, 1,000,000
+        # instances (events.base.MAX_INSTANCES), which the contract refuses beyond.
+        setup = setup_commands(capacity=MAX_INSTANCES, share_limit=MAX_INSTANCES // len(SHARES))
         await publish_all(js, setup)
         process = SchedulerProcess(server.url, Path(server.data_dir) / "scheduler.log", profile, profile_out)
         try:
@@ -1027,7 +1030,7 @@ async def main_async(args) -> int:
     ratio = subprocess_row.rate / best.rate if best.rate else 0.0
     p99 = latency.pct(99)
     print("\n== targets ==")
-    print(f"{'sustained commands/s >= 50 % of raw baseline (subprocess)':<62}{ratio:>8.0%}   {mark(ratio >= RATIO_TARGET)}")
+    print(f"{'sustained commands/s >= 80 % of raw baseline (subprocess)':<62}{ratio:>8.0%}   {mark(ratio >= RATIO_TARGET)}")
     if len(results) > 1:
         inproc = results[1].rate / best.rate if best.rate else 0.0
         print(f"{'  (in-process scheduler, for reference)':<62}{inproc:>8.0%}   {mark(inproc >= RATIO_TARGET)}")

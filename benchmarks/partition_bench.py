@@ -60,7 +60,7 @@ between them, so expect the scaling to stop at K = 2.
 Latency phase (after the throughput runs; like live_bench's phase 3, with its helpers): for
 (a) the single partition and (b) per-queue mode with K = 1 (one process, `--job-queue q0`:
 partitions fleet and queue-q0), each on its own fresh embedded server, one job queue q0 with a
-large service environment (live_bench.setup_commands(capacity=50M, share_limit=10M), renamed
+large service environment (live_bench.setup_commands at the contract's bound, renamed
 to q0), so every submission is dispatchable at once.  SubmitServiceJob commands are published
 with `js.publish_async` at a paced 1000/s (live_bench.paced) for 1 s of warm-up (excluded)
 plus 10 s (3 s with --quick); the latency of each is from the publish call to the arrival of
@@ -102,6 +102,7 @@ import nats.js.errors  # noqa: E402
 
 from nats.js.api import ConsumerConfig, DeliverPolicy  # noqa: E402
 
+from quotasched.events.base import MAX_INSTANCES  # noqa: E402
 from quotasched.events.codec import decode_command  # noqa: E402
 from quotasched.events.subjects import COMMANDS_STREAM, FACTS_STREAM, parse_command_subject, subject_for_command  # noqa: E402
 from live_bench import (  # noqa: E402
@@ -374,7 +375,7 @@ async def run_latency(mode: str, rate: float, seconds: float, warmup_s: float) -
         )  # fmt: skip
         items.append((subject, payload, job_id))
     setup = [command(**renamed(payload, queue))
-             for _, payload in setup_commands(capacity=50_000_000, share_limit=10_000_000)]  # fmt: skip
+             for _, payload in setup_commands(capacity=MAX_INSTANCES, share_limit=MAX_INSTANCES // len(SHARES))]  # fmt: skip
     (durable,) = consumers_of(mode, [queue])
     with Server() as server:
         await ensure_streams(server.url)

@@ -258,6 +258,8 @@ def _print_table(title: str, rows: list[list[str]]) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, fast run")
+    parser.add_argument("--smoke", action="store_true",
+                        help="tiny sizes, one repetition: that it runs (make test), no figures to quote")
     parser.add_argument("--reps", type=int, default=None, help="repetitions (best of N)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--fresh", action="store_true", help="regenerate cached workloads")
@@ -278,7 +280,11 @@ def main(argv: list[str] | None = None) -> None:
         profile(args.profile_only, 15, args.profile_only.with_suffix(".prof"))
         return
 
-    if args.quick:
+    if args.smoke:
+        main_size, sizes, window = 2_000, [1_000, 2_000], 500
+        levels = [1_000]
+        reps = args.reps or 1
+    elif args.quick:
         main_size, sizes, window = 20_000, [10_000, 20_000, 40_000], 5_000
         levels = [1_000, 10_000, 100_000]
         reps = args.reps or 2
@@ -292,7 +298,8 @@ def main(argv: list[str] | None = None) -> None:
     fingerprint = source_fingerprint()
     from quotasched.services.scheduler.core import COMPILED, CORE_BUILD
 
-    print(f"quotasched replay benchmark ({'quick' if args.quick else 'full'}, best of {reps}; "
+    mode = "smoke" if args.smoke else "quick" if args.quick else "full"
+    print(f"quotasched replay benchmark ({mode}, best of {reps}; "
           f"Python {sys.version.split()[0]}, {os.cpu_count()} CPUs; core source {fingerprint})",
           flush=True)  # fmt: skip
     print(f"decision core: {'compiled' if COMPILED else 'interpreted'} ({CORE_BUILD})", flush=True)

@@ -40,6 +40,8 @@ for _path in (ROOT, ROOT / "benchmarks"):
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
 
+import nats.js.errors  # noqa: E402
+
 from live_bench import (  # noqa: E402
     DURABLE,
     SchedulerProcess,
@@ -168,7 +170,14 @@ async def main_async(args) -> int:
         build_s = time.perf_counter() - building
         facts, _ = await fact_summary(js)
         store = await js.object_store(SNAPSHOTS_BUCKET)
-        info = await store.get_info("main")
+        try:
+            info = await store.get_info("main")
+        except nats.js.errors.NotFoundError:
+            print(f"    {facts:,} facts and no snapshot: fewer than a snapshot's interval "
+                  "(QUOTASCHED_SNAPSHOT_EVERY, 50,000 by default); give more --commands",
+                  file=sys.stderr)  # fmt: skip
+            await nc.close()
+            return 2
         print(f"    {facts:,} facts in {build_s:.1f} s; snapshot {info.size / 1e6:.1f} MB", flush=True)
 
         print("[3] restart with the snapshot ...", flush=True)
@@ -202,7 +211,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="100k commands instead of 850k")
     parser.add_argument("--commands", type=int, default=None)
+    parser.add_argument("--smoke", action="store_true",
+                        help="3k commands and a snapshot every 500 facts: that it runs (make test)")
     args = parser.parse_args()
+    if args.smoke:
+        args.commands = args.commands or 3_000
+        os.environ["QUOTASCHED_SNAPSHOT_EVERY"] = "500"  # the scheduler subprocess inherits it
     if args.commands is None:
         args.commands = 100_000 if args.quick else 850_000
     return asyncio.run(main_async(args))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import sys
 from collections.abc import Callable
 from contextlib import AsyncExitStack
 
@@ -33,9 +34,35 @@ log = logs.get("quotasched.runtime")
 
 
 def stop_on_signals(stop: asyncio.Event) -> None:
+    """SIGINT and SIGTERM stop the stack (said in one line, so a stop that does not end shows
+    whether it began); SIGUSR1 writes every thread's stack (faulthandler, cli/main.py) and
+    then every asyncio task's, which shows what a stop that does not end is waiting for."""
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, _stopping, stop, sig)
+    if hasattr(signal, "SIGUSR1"):
+        import faulthandler
+
+        # the loop's handler replaces faulthandler's, which then goes first again, chained
+        registered = faulthandler.unregister(signal.SIGUSR1)
+        loop.add_signal_handler(signal.SIGUSR1, dump_tasks)
+        if registered:
+            faulthandler.register(signal.SIGUSR1, all_threads=True, chain=True)
+
+
+def _stopping(stop: asyncio.Event, sig: int) -> None:
+    if not stop.is_set():
+        log.info("stopping", signal=signal.Signals(sig).name)
+    stop.set()
+
+
+def dump_tasks() -> None:
+    """Every asyncio task of this loop with its stack, on stderr."""
+    tasks = asyncio.all_tasks()
+    print(f"{len(tasks)} asyncio tasks (most recent call last):", file=sys.stderr, flush=True)
+    for task in tasks:
+        task.print_stack(file=sys.stderr)
+    sys.stderr.flush()
 
 
 class Stack:

@@ -53,7 +53,7 @@ class Process:
             self.popen.send_signal(signal.SIGUSR1)
             time.sleep(2)
             self.kill()
-            tail = "\n".join(self.output().splitlines()[-150:])
+            tail = "\n".join(self.output().splitlines()[-400:])
             print(f"{self.args} did not stop {timeout:g} s after SIGTERM; its output ends:\n{tail}")
             return -9
         finally:

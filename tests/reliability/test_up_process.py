@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -437,7 +438,8 @@ async def test_up_on_a_store_whose_first_facts_were_purged_refuses_to_start_nami
 
 async def test_sigusr1_writes_every_threads_stack_and_up_runs_on(tmp_path, ups):
     """`kill -USR1 <pid>` (docs/operations.md): the stacks of every thread on stderr (the
-    projector has a thread of its own), and `up` goes on deciding, then stops cleanly."""
+    projector has a thread of its own), then every asyncio task's (the scheduler's term among
+    them), and `up` goes on deciding, then stops cleanly, saying so first."""
     data_dir, port = tmp_path / "data", free_port()
     first = ups(data_dir, port)
     url = await announced(first, port)
@@ -445,12 +447,16 @@ async def test_sigusr1_writes_every_threads_stack_and_up_runs_on(tmp_path, ups):
 
     async def dumped():
         out = first.output()  # faulthandler: one "(most recent call first)" per thread
-        return "Current thread" in out and out.count("most recent call first") >= 2
+        return "Current thread" in out and out.count("most recent call first") >= 2 \
+            and re.search(r"^\d+ asyncio tasks \(most recent call last\):", out, re.M) \
+            and "Stack for <Task" in out
 
     await eventually(dumped, 20, what="the stacks written after SIGUSR1")
+    assert "in run" in first.output()  # the scheduler's term, awaiting its commands
     seqs = await decide(url, setup_commands("gu"))
     assert seqs
     assert first.stop() == 0
+    assert '"signal": "SIGTERM", "event": "stopping"' in first.output()
 
 
 @pytest.mark.parametrize("how", ["sigterm", "sigkill"])
