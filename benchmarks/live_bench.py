@@ -999,8 +999,12 @@ async def main_async(args) -> int:
     for row in baselines:
         print(f"{row.name:<26}{row.rate:>12,.0f}{row.window:>10,.0f}{row.elapsed:>11.2f}{'':>13}  {row.note}")
     for row in results:
+        versus = f"{row.rate / best.rate:>12.0%}" if best.rate else f"{'n/a':>12}"
         print(f"{row.name:<26}{row.rate:>12,.0f}{row.window:>10,.0f}{row.elapsed:>11.2f}"
-              f"{row.rate / best.rate:>12.0%} {row.note}")  # fmt: skip
+              f"{versus} {row.note}")  # fmt: skip
+    if not best.rate:
+        print("(the raw baseline ended between two samples of its ack floor: too few commands "
+              "to time it; give more --commands)")  # fmt: skip
     for row in results:
         if row.split:
             print(f"{row.name}: {row.split}")

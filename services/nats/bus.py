@@ -33,6 +33,7 @@ from quotasched.events.subjects import (
     LEASES_BUCKET,
     SNAPSHOTS_BUCKET,
 )
+from quotasched.services import logs
 from quotasched.services.nats import natsfix
 from quotasched.services.nats.credentials import connect_options
 from quotasched.services.settings import Settings, StreamOptions
@@ -53,6 +54,13 @@ def error_reason(error: BaseException) -> str:
     return str(error) or type(error).__name__
 
 
+log = logs.get("quotasched.bus")
+
+# How long closing a connection waits for its subscriptions to hand on what they hold (nats-py's
+# `drain`; its default, 30 s, is how long a stop of `up` could hang on one stuck subscription).
+DRAIN_TIMEOUT_S = 5
+
+
 async def connect(url: str, name: str, timeout: float = 10.0, *,
                   credentials: Mapping[str, str] | None = None, client: Client | None = None,
                   on_error: Callable[[Exception], Awaitable[None]] | None = None) -> Client:  # fmt: skip
@@ -67,7 +75,9 @@ async def connect(url: str, name: str, timeout: float = 10.0, *,
     """
 
     async def quiet(error: Exception) -> None:  # nats-py would print a traceback per retry
-        pass
+        if isinstance(error, nats.errors.DrainTimeoutError):  # a stop that waited on it
+            log.warning("a subscription did not drain in time; the connection is closed anyway",
+                        connection=name, drain_timeout_s=DRAIN_TIMEOUT_S)  # fmt: skip
 
     # "nats://a:4222,nats://b:4222": every seed of a cluster, so a start-up or a reconnect
     # succeeds while any one of them is up
@@ -77,6 +87,7 @@ async def connect(url: str, name: str, timeout: float = 10.0, *,
         await asyncio.wait_for(nc.connect(
             servers, name=name, max_reconnect_attempts=-1, reconnect_time_wait=0.5,
             connect_timeout=2, allow_reconnect=True, error_cb=on_error or quiet,
+            drain_timeout=DRAIN_TIMEOUT_S,
             **connect_options(credentials),
         ), timeout)  # fmt: skip
     except (asyncio.TimeoutError, TimeoutError, OSError, nats.errors.NoServersError) as error:

@@ -28,7 +28,7 @@ def run_bench(name: str, *args: str, timeout: float = 600) -> str:
 
 
 def test_live_bench_prints_throughput_against_the_raw_writer_and_the_latency_p99():
-    out = run_bench("live_bench.py", "--commands", "2000", "--seconds", "1", "--rate", "200",
+    out = run_bench("live_bench.py", "--commands", "5000", "--seconds", "1", "--rate", "200",
                     "--no-inprocess")  # fmt: skip
     assert re.search(r"^raw baseline.*\d", out, re.M) or "[1] raw baseline" in out, out
     assert re.search(r"sustained commands/s >= .* of raw baseline \(subprocess\)\s+\d+%", out), out
