@@ -38,9 +38,11 @@ async def test_a_protection_ends_by_the_schedulers_own_tick_and_the_reclaim_happ
             await bus.publish(submit(job_id, "a"))
         await bus.publish(submit("b1", "b"))
 
-        async def reclaimed():
+        async def reclaimed():  # the decision's facts may be read while they are appended
             facts = await read_facts(bus.js)
-            return facts if any(f["kind"] == "JobPreempted" for f in facts) else None
+            done = any(f["kind"] == "JobPreempted" for f in facts) and any(
+                f["kind"] == "JobDispatched" and f["jobId"] == "b1" for f in facts)  # fmt: skip
+            return facts if done else None
 
         early = await read_facts(bus.js)
         facts = await eventually(reclaimed, 20, what="a2 reclaimed once its protection ended")
