@@ -18,9 +18,6 @@ import os
 import signal
 import sys
 
-POINTS = ("attempt-recorded", "command-started", "victim-signalled")
-
-
 def crash_point(name: str) -> None:
     """SIGKILL this process if QUOTASCHED_CRASH_AT names this point (said on stderr first)."""
     if os.environ.get("QUOTASCHED_CRASH_AT") == name:
