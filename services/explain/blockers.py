@@ -1,13 +1,25 @@
-"""The rules of dispatch a job fails now, as sentences, read with the core's own accounting
-(`accounting.contribution`, `within_own_limit`): the service environment's capacity, the
-share's limit and borrow ceiling, idle lendable capacity in the other shares, a share group's
-limit on what it holds (an option beyond AWS), and why preemption can't make room."""
+"""The rules of dispatch a job fails now, as sentences: the core finds them with the check its
+passes make (`accounting.Scratch.misfits`: the service environment's capacity, the share's
+limit and borrow ceiling, idle lendable capacity in the other shares, a share group's limit on
+what it holds, an option beyond AWS); this module only words them, and says why preemption
+can't make room."""
 
 from __future__ import annotations
 
 from quotasched.services.scheduler.core import State
-from quotasched.services.scheduler.core.accounting import contribution, within_own_limit
-from quotasched.services.explain.queue_options import group_cap_blocker
+from quotasched.services.scheduler.core.accounting import (
+    BORROW_CEILING,
+    ENVIRONMENT_FULL,
+    GROUP_LIMIT,
+    LACKS_UNIT,
+    MAY_NOT_BORROW,
+    NO_IDLE_LENDABLE,
+    OWN_IDLE_LENT,
+    Misfit,
+    Scratch,
+    contribution,
+    within_own_limit,
+)
 from quotasched.services.explain.sentences import when
 from quotasched.services.scheduler.core.entities import Environment, Job, Queue, Share
 from quotasched.services.scheduler.core.preemption import in_share_candidates
@@ -16,12 +28,12 @@ from quotasched.services.scheduler.core.victims import budget_left, protected
 
 def _blockers(state: State, environment: Environment, queue: Queue, share: Share, job: Job,
               preemption: bool = True) -> list[str]:  # fmt: skip
-    """Every rule of dispatch (accounting.Scratch.fits) that `job` fails now, as sentences;
-    with `preemption`, also why preemption can't make room."""
-    reasons: list[str] = []
+    """Every rule of dispatch `job` fails now, as the core's own check finds them
+    (`Scratch.misfits`, the check its passes make), in sentences; with `preemption`, also why
+    preemption can't make room."""
     units = {unit for unit, _ in job.need}
-    for unit, need in job.need:
-        reasons.extend(_unit_blockers(environment, queue, share, job, unit, need))
+    misfits = Scratch(environment, queue).misfits(share, job.need)
+    reasons = [_sentence(misfit, environment, queue, share, job) for misfit in misfits]
     if not preemption or not reasons:
         return reasons
     reasons.extend(_preemption_blockers(queue, share, job, units))
@@ -29,52 +41,36 @@ def _blockers(state: State, environment: Environment, queue: Queue, share: Share
     return reasons
 
 
-def _unit_blockers(environment: Environment, queue: Queue, share: Share, job: Job, unit: str,
-                   need: int) -> list[str]:  # fmt: skip
-    """The rules of dispatch `job` fails for one capacity unit, as sentences."""
-    reasons: list[str] = []
-    capacity = environment.capacity.get(unit)
-    total = queue.usage.get(unit, 0)
-    used, limit = share.usage.get(unit, 0), share.limits.get(unit, 0)
-    if capacity is None:
-        reasons.append(f"service environment {environment.name} has no {unit} capacity")
-        return reasons
-    if total + need > capacity:
-        reasons.append(f"service environment {environment.name} is full: {total} of its "
-                       f"{capacity} {unit} are in use and {job.job_id} needs {need}")  # fmt: skip
-    borrowed_before, idle_before = contribution(share, unit, used)
-    borrowed_after, idle_after = contribution(share, unit, used + need)
-    borrowing = borrowed_after - borrowed_before
-    if borrowing:
-        if not share.strategy.borrows:
-            where = "is at" if used >= limit else "would go past"
-            reasons.append(f"{share.name} {where} its own limit ({used} of {limit} {unit} in "
-                           f"use, {job.job_id} needs {need}) and a {share.strategy.value} "
-                           "share may not borrow")  # fmt: skip
-            return reasons
-        ceiling = share.borrow_ceiling(unit)
-        if ceiling is not None and used + need > limit + ceiling:
-            reasons.append(f"{share.name} has reached its borrow ceiling: it may use at most "
-                           f"{limit + ceiling} {unit} (limit {limit} plus borrowLimit "
-                           f"{share.borrow_limit_percent}%), uses {used} and {job.job_id} needs "
-                           f"{need}")  # fmt: skip
-            return reasons
-    slack = queue.idle.get(unit, 0) - queue.borrowed.get(unit, 0)
-    slack_after = slack - borrowing - (idle_before - idle_after)
-    if slack_after < 0 and slack_after < slack:
-        if borrowing:
-            reasons.append(f"it would borrow {borrowing} {unit} beyond {share.name}'s own "
-                           f"limit ({used} of {limit} in use) but there is no idle lendable "
-                           f"capacity in other shares: {_pool(queue, share, unit, idle_before)}")  # fmt: skip
-        else:
-            reasons.append(f"the idle capacity of {share.name} it would use within its own "
-                           f"limit ({used} of {limit} {unit} in use, {job.job_id} needs {need}) "
-                           f"is lent out: {_pool(queue, share, unit, idle_before)}")  # fmt: skip
-    if borrowing:
-        capped = group_cap_blocker(queue, share, job, unit, need)
-        if capped is not None:
-            reasons.append(capped)
-    return reasons
+def _sentence(misfit: Misfit, environment: Environment, queue: Queue, share: Share, job: Job) -> str:
+    """One rule of dispatch `job` fails (a `Misfit`), as a sentence."""
+    rule, unit, need, used, limit = misfit.rule, misfit.unit, misfit.need, misfit.used, misfit.limit
+    if rule == LACKS_UNIT:
+        return f"service environment {environment.name} has no {unit} capacity"
+    if rule == ENVIRONMENT_FULL:
+        return (f"service environment {environment.name} is full: {misfit.in_use} of its "
+                f"{misfit.bound} {unit} are in use and {job.job_id} needs {need}")  # fmt: skip
+    if rule == MAY_NOT_BORROW:
+        where = "is at" if used >= limit else "would go past"
+        return (f"{share.name} {where} its own limit ({used} of {limit} {unit} in use, "
+                f"{job.job_id} needs {need}) and a {share.strategy.value} share may not borrow")
+    if rule == BORROW_CEILING:
+        return (f"{share.name} has reached its borrow ceiling: it may use at most "
+                f"{misfit.bound} {unit} (limit {limit} plus borrowLimit "
+                f"{share.borrow_limit_percent}%), uses {used} and {job.job_id} needs {need}")
+    if rule == NO_IDLE_LENDABLE:
+        return (f"it would borrow {misfit.borrowing} {unit} beyond {share.name}'s own limit "
+                f"({used} of {limit} in use) but there is no idle lendable capacity in other "
+                f"shares: {_pool(queue, share, unit, misfit)}")  # fmt: skip
+    if rule == OWN_IDLE_LENT:
+        return (f"the idle capacity of {share.name} it would use within its own limit ({used} "
+                f"of {limit} {unit} in use, {job.job_id} needs {need}) is lent out: "
+                f"{_pool(queue, share, unit, misfit)}")  # fmt: skip
+    assert rule == GROUP_LIMIT, rule
+    members = [queue.shares[name] for name in queue.groups[misfit.group] if name in queue.shares]
+    each = ", ".join(f"{member.name} {member.usage.get(unit, 0)}" for member in members)
+    return (f"{share.name} is in share group {misfit.group}, which may hold at most "
+            f"{misfit.bound} {unit} when one of its members borrows (an option beyond AWS): its "
+            f"members hold {misfit.in_use} ({each}) and {job.job_id} needs {need}")  # fmt: skip
 
 
 def _preemption_blockers(queue: Queue, share: Share, job: Job, units: set[str]) -> list[str]:
@@ -107,9 +103,9 @@ def _preemption_blockers(queue: Queue, share: Share, job: Job, units: set[str]) 
     return reasons
 
 
-def _pool(queue: Queue, share: Share, unit: str, own_idle: int) -> str:
+def _pool(queue: Queue, share: Share, unit: str, misfit: Misfit) -> str:
     """Who lends and who borrows `unit` in the queue, from `share`'s point of view (its own
-    idle capacity, `own_idle`, is not part of what others can lend it)."""
+    idle capacity, `misfit.own_idle`, is not part of what others can lend it)."""
     lenders, reserve, borrowers = [], [], []
     for other in queue.shares.values():
         used, limit = other.usage.get(unit, 0), other.limits.get(unit, 0)
@@ -125,14 +121,13 @@ def _pool(queue: Queue, share: Share, unit: str, own_idle: int) -> str:
                            f"{limit}" + (f", {idle} idle" if idle else "") + capped)  # fmt: skip
         elif limit:
             reserve.append(other.name)
-    slack = queue.idle.get(unit, 0) - queue.borrowed.get(unit, 0)
     parts = ["lenders " + ", ".join(lenders) if lenders else "no other share has capacity to lend"]
     if borrowers:
         parts.append("already lent out: " + ", ".join(borrowers))
     if reserve:
         parts.append(", ".join(reserve) + (" is" if len(reserve) == 1 else " are")
                      + " RESERVE and never lend" + ("s" if len(reserve) == 1 else ""))  # fmt: skip
-    free = max(0, slack - own_idle)
+    free = max(0, misfit.pool - misfit.own_idle)
     parts.append(f"idle capacity of other shares not lent out yet: {free} {unit}")
     return "; ".join(parts)
 

@@ -1,6 +1,7 @@
-"""A job queue's options beyond AWS (SetJobQueueOptions) in sentences: the share group's
-`maxCapacity` a borrower would exceed, and the order borrowers are served in (a share group
-lends inside first, then fair share, then first come, first served).
+"""A job queue's options beyond AWS (SetJobQueueOptions) in sentences: the order borrowers
+are served in (a share group lends inside first, then fair share, then first come, first
+served).  A share group's `maxCapacity` a borrower would exceed is a rule of dispatch: the
+core reports it (`accounting.Misfit`), blockers.py words it.
 
 The order is the core's own (`ordering.borrower_key`), and the values it tells are the core's
 (`fairshare.fair_value`, `decayed`, `lent_inside`) at the moment told, so what is said is what
@@ -12,33 +13,14 @@ from __future__ import annotations
 
 from quotasched.events import facts as F
 from quotasched.services.scheduler.core import State
-from quotasched.services.scheduler.core.accounting import borrow_refused, within_own_limit
+from quotasched.services.scheduler.core.accounting import within_own_limit
 from quotasched.services.scheduler.core.admission import blocked_reason
 from quotasched.services.scheduler.core.entities import Job, Queue, Share
 from quotasched.services.scheduler.core.fairshare import decayed, fair_value, lent_inside
 from quotasched.services.scheduler.core.ordering import borrower_key
-from quotasched.services.scheduler.core.preemption import in_share_candidates
+from quotasched.services.scheduler.core.passes import placeable
 
 Pair = tuple[Share, Job]
-
-
-def group_cap_blocker(queue: Queue, share: Share, job: Job, unit: str, need: int) -> str | None:
-    """Why a job that borrows `unit` may not be dispatched for its share group's limit
-    (accounting.Scratch.fits rule 4: the members' usage of `unit` plus the job's quantity
-    stays within the cap); None when the group has room or there is no such limit.  Only
-    asked for a dispatch that borrows: within its own quota a member never meets the cap."""
-    capped = queue.group_cap(share.name, unit)
-    if capped is None:
-        return None
-    group, cap = capped
-    members = [queue.shares[name] for name in queue.groups[group] if name in queue.shares]
-    held = sum(member.usage.get(unit, 0) for member in members)
-    if held + need <= cap:
-        return None
-    each = ", ".join(f"{member.name} {member.usage.get(unit, 0)}" for member in members)
-    return (f"{share.name} is in share group {group}, which may hold at most {cap} {unit} "
-            f"when one of its members borrows (an option beyond AWS): its members hold {held} "
-            f"({each}) and {job.job_id} needs {need}")  # fmt: skip
 
 
 def has_order_options(queue: Queue) -> bool:
@@ -49,7 +31,7 @@ def has_order_options(queue: Queue) -> bool:
 def borrower_heads(state: State, queue: Queue, now: float) -> list[Pair]:
     """The heads a scheduling pass would now treat as borrowers (passes._place_one step (b):
     beyond their share's own limit, neither blocked for good nor refused by their own share's
-    configuration), in the order the core serves them."""
+    configuration, `passes.placeable`), in the order the core serves them."""
     environment = state.environments[queue.environment]
     pairs = []
     for share in queue.shares.values():
@@ -58,9 +40,7 @@ def borrower_heads(state: State, queue: Queue, now: float) -> list[Pair]:
             continue
         if blocked_reason(environment, queue, share, head.need) is not None:
             continue
-        if borrow_refused(share, head.need) and not (
-            share.in_share_preemption and in_share_candidates(share, head)
-        ):
+        if not placeable(share, head):
             continue
         pairs.append((share, head))
     return sorted(pairs, key=borrower_key(queue, now))

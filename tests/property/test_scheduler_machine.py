@@ -63,7 +63,8 @@ command sequence (JSON lines, ready for `quotasched replay`) as an exception not
 at the end of this module hold minimal reproductions of what the machine found.
 `QUOTASCHED_SKIP_CHECKS=replay-time,stable,...` turns check groups off while triaging a known
 failure (all are on by default): cluster, purity, replay, replay-time, recovery, rules, order,
-stable, compare, independent (tests/checker.py over each command's facts).
+stable, compare, independent (tests/checker.py over each command's facts), reasons (the
+core's `Scratch.misfits`, which explain words, names the rule the shadow finds first).
 `QUOTASCHED_MACHINE_EXAMPLES` overrides the number of examples.
 """
 
@@ -90,13 +91,14 @@ from hypothesis.stateful import (
 from quotasched.events import facts as F
 from quotasched.events.codec import decode_command, encode
 from quotasched.services.scheduler.core import State, catch_up_clock, decide, fold, step
+from quotasched.services.scheduler.core.accounting import Scratch
 from quotasched.services.scheduler.core.views import canonical_state, state_document
 from tests.builders import Cluster
 from tests.checker import IndependentChecker
 from tests.property.conftest import REASONS, REPORTS, STRANGER, UNITS
 
 CHECKS = frozenset({"cluster", "purity", "replay", "replay-time", "recovery", "rules", "order",
-                    "stable", "compare", "independent"})  # fmt: skip
+                    "stable", "compare", "independent", "reasons"})  # fmt: skip
 SKIP = {name.strip() for name in os.environ.get("QUOTASCHED_SKIP_CHECKS", "").split(",") if name.strip()}
 ACTIVE = set(CHECKS - SKIP)  # the check groups of the machine that is running
 DISPATCHED = ("SCHEDULED", "STARTING", "RUNNING")
@@ -106,6 +108,14 @@ MISCONFIGURED = (
     "MISCONFIGURATION:QUOTA_MANAGEMENT_LIMIT_EXCEEDED",
 )
 ATTEMPT_TIMED_OUT = "Job attempt duration exceeded timeout"
+# The shadow's misfit (a sentence) and the core's rules (accounting.Misfit.rule) it matches.
+_SHADOW_RULES = (
+    ("service environment ceiling", {"environment_lacks_unit", "environment_full"}),
+    ("(ruling 2)", {"may_not_borrow"}),
+    ("borrow ceiling", {"borrow_ceiling"}),
+    ("over its maxCapacity", {"group_limit"}),
+    ("unbacked borrowing", {"no_idle_lendable", "own_idle_lent"}),
+)
 
 
 class Violation(AssertionError):
@@ -598,6 +608,8 @@ class SchedulerMachine(RuleBasedStateMachine):
                 self.compare()
             if "stable" in ACTIVE:
                 self.check_stable()
+            if "reasons" in ACTIVE:
+                self.check_reasons()
         except AssertionError as error:
             error.add_note("command sequence (JSON lines):\n" + "\n".join(self.lines))
             raise
@@ -648,6 +660,29 @@ class SchedulerMachine(RuleBasedStateMachine):
                 if how:
                     _fail("stable", f"the pass stopped early: head {head.id} of {share} could "
                           f"still be placed by {how}")  # fmt: skip
+
+    def check_reasons(self) -> None:
+        """Every waiting head the shadow finds no room for, the core's `Scratch.misfits` (the
+        check its passes make, and what explain words) finds no room for too, naming the
+        rule the shadow failed first (the shadow returns one rule, the core lists them all)."""
+        shadow, state = self.shadow, self.cluster.state
+        for queue in shadow.queues.values():
+            if not shadow.envs[queue.env].enabled:
+                continue
+            real = state.queues[queue.name]
+            for name, head in shadow.heads(queue.name).items():
+                if head.reason and head.reason.startswith(MISCONFIGURED):
+                    continue  # blocked for good: admission's, not the fit rule's, to say
+                why = shadow.misfit(queue.name, name, head.need)
+                if why is None or "is not among" in why:
+                    continue  # placeable (check_stable's), or an unlisted unit (admission's)
+                misfits = Scratch(state.environments[real.environment], real).misfits(
+                    real.shares[name], state.jobs[head.id].need)  # fmt: skip
+                rules = {misfit.rule for misfit in misfits}
+                expected = next(rule for marker, rule in _SHADOW_RULES if marker in why)
+                if not rules & expected:
+                    _fail("reasons", f"head {head.id} of {name}: the shadow finds {why!r}, "
+                          f"the core's misfits are {misfits}")  # fmt: skip
 
     def pick_job(self, pick: int, live: bool) -> str | None:
         ids = self.job_ids

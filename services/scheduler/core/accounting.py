@@ -134,6 +134,50 @@ def borrowed_by(share: Share, need: Need) -> list[tuple[str, int]]:
     return borrowed
 
 
+# The rules of dispatch a job can fail (`Scratch.fits`), as `Misfit.rule` names them.
+LACKS_UNIT = "environment_lacks_unit"  # the service environment has no such capacity unit
+ENVIRONMENT_FULL = "environment_full"  # in_use + need > bound, the environment's maxCapacity
+MAY_NOT_BORROW = "may_not_borrow"  # beyond its own limit, and its strategy does not borrow
+BORROW_CEILING = "borrow_ceiling"  # used + need > bound, its limit plus its borrow ceiling
+NO_IDLE_LENDABLE = "no_idle_lendable"  # it would borrow, and the free lendable pool is short
+OWN_IDLE_LENT = "own_idle_lent"  # within its limit, but that idle capacity is lent out
+GROUP_LIMIT = "group_limit"  # its share group holds in_use of at most bound (beyond AWS)
+
+
+class Misfit:
+    """One rule of dispatch a job fails for one capacity unit, with the quantities that
+    decide it: `need` of `unit`, the share's `used` and `limit`, and per rule
+
+    - ENVIRONMENT_FULL: `in_use` of the environment's `bound`;
+    - BORROW_CEILING: `bound`, the most the share may hold;
+    - NO_IDLE_LENDABLE, OWN_IDLE_LENT: `borrowing` (what it would borrow), `own_idle` (the
+      share's own idle lendable capacity, not part of what the others lend it) and `pool`,
+      the queue's free lendable pool (idle minus borrowed);
+    - GROUP_LIMIT: `group` holds `in_use` of its `bound`.
+    """
+
+    __slots__ = ("rule", "unit", "need", "used", "limit", "in_use", "bound", "borrowing",
+                 "own_idle", "pool", "group")  # fmt: skip
+
+    def __init__(self, rule: str = "", unit: str = "", need: int = 0, used: int = 0,
+                 limit: int = 0, in_use: int = 0, bound: int = 0, borrowing: int = 0,
+                 own_idle: int = 0, pool: int = 0, group: str = ""):  # fmt: skip
+        self.rule = rule
+        self.unit = unit
+        self.need = need
+        self.used = used
+        self.limit = limit
+        self.in_use = in_use
+        self.bound = bound
+        self.borrowing = borrowing
+        self.own_idle = own_idle
+        self.pool = pool
+        self.group = group
+
+    def __repr__(self) -> str:
+        return f"Misfit({self.rule}, {self.unit}, need={self.need})"
+
+
 class Scratch:
     """Usage of one queue as if some dispatched jobs were gone.
 
@@ -175,7 +219,7 @@ class Scratch:
             self.borrowed[unit] = self.borrowed.get(unit, 0) + bor_after - bor_before
             self.idle[unit] = self.idle.get(unit, 0) + idle_after - idle_before
 
-    def fits(self, share: Share, need: Need) -> bool:
+    def fits(self, share: Share, need: Need, into: list[Misfit] | None = None) -> bool:
         """Can `share` dispatch a job needing `need` now?  Every rule of dispatch, per unit:
 
         1. the service environment has room (sum U + n <= maxCapacity);
@@ -183,35 +227,75 @@ class Scratch:
            L + ceiling;
         3. the free lendable pool does not get worse than it is (ruling 1), counting both what
            the job borrows and the share's own idle capacity it stops lending;
-        4. (`_group_room`) a borrowing share's group stays within the group's limit.
-        """
+        4. (`_group_misfit`) a borrowing share's group stays within the group's limit.
+
+        The passes ask with `into` None: the answer comes at the first rule failed, and
+        nothing is allocated.  Given a list, every rule failed is appended to it as a
+        `Misfit` (a unit the environment lacks, or a share that may not hold the amount,
+        stops the checks of that unit): this is how explain learns why a job waits."""
         capacity = self.environment.capacity
         total, overlay = self.total, self.usage
+        fit = True
         for unit, quantity in need:
             cap = capacity.get(unit)
-            if cap is None or total.get(unit, 0) + quantity > cap:
-                return False
+            in_use = total.get(unit, 0)
+            if cap is None or in_use + quantity > cap:
+                if into is None:
+                    return False
+                fit = False
+                if cap is None:
+                    into.append(Misfit(LACKS_UNIT, unit, quantity))
+                    continue
+                into.append(Misfit(ENVIRONMENT_FULL, unit, quantity, in_use=in_use, bound=cap))
             used = share.usage.get(unit, 0) if overlay is None else self.used(share, unit)
             bor_before, idle_before = contribution(share, unit, used)
             bor_after, idle_after = contribution(share, unit, used + quantity)
             borrowing = bor_after - bor_before
             if borrowing and not may_hold(share, unit, used + quantity):
-                return False
+                if into is None:
+                    return False
+                fit = False
+                limit = share.limits.get(unit, 0)
+                if share.strategy.borrows:
+                    ceiling = share.borrow_ceiling(unit)
+                    into.append(Misfit(BORROW_CEILING, unit, quantity, used, limit,
+                                       bound=limit + (ceiling or 0)))  # fmt: skip
+                else:
+                    into.append(Misfit(MAY_NOT_BORROW, unit, quantity, used, limit))
+                continue
             slack = self.idle.get(unit, 0) - self.borrowed.get(unit, 0)
             slack_after = slack - borrowing - (idle_before - idle_after)
             if slack_after < 0 and slack_after < slack:
-                return False
-            if borrowing and self.queue.group_limits and not self._group_room(share, unit, quantity):
-                return False
-        return True
+                if into is None:
+                    return False
+                fit = False
+                into.append(Misfit(NO_IDLE_LENDABLE if borrowing else OWN_IDLE_LENT, unit,
+                                   quantity, used, share.limits.get(unit, 0), borrowing=borrowing,
+                                   own_idle=idle_before, pool=slack))  # fmt: skip
+            if borrowing and self.queue.group_limits:
+                capped = self._group_misfit(share, unit, quantity)
+                if capped is not None:
+                    if into is None:
+                        return False
+                    fit = False
+                    into.append(capped)
+        return fit
 
-    def _group_room(self, share: Share, unit: str, quantity: int) -> bool:
+    def misfits(self, share: Share, need: Need) -> list[Misfit]:
+        """Every rule of dispatch a job needing `need` fails now (`fits`); [] when it fits."""
+        found: list[Misfit] = []
+        self.fits(share, need, found)
+        return found
+
+    def _group_misfit(self, share: Share, unit: str, quantity: int) -> Misfit | None:
         """4. when it borrows, its share group (an option beyond AWS) stays within its limit."""
         queue = self.queue
         capped = queue.group_cap(share.name, unit)
         if capped is None:
-            return True
+            return None
         group, cap = capped
         shares = queue.shares
         held = sum(self.used(shares[name], unit) for name in queue.groups[group] if name in shares)
-        return held + quantity <= cap
+        if held + quantity <= cap:
+            return None
+        return Misfit(GROUP_LIMIT, unit, quantity, in_use=held, bound=cap, group=group)

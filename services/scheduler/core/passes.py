@@ -81,16 +81,20 @@ def _dirty_heads(round_: Round, environment: Environment, queue: Queue) -> list[
             continue
         if head.admitted != queue.epoch and not _admitted(round_, environment, queue, share, head):
             continue
-        if borrow_refused(share, head.need) and not (
-            share.in_share_preemption and in_share_candidates(share, head)
-        ):
-            # It could only borrow, its share may not, and no job of its own share could make
-            # room for it: it waits for its own share's changes (which always mark the share),
-            # whatever the other shares do.
+        if not placeable(share, head):
             state.mark_clean(queue, share.name)
             continue
         heads.append((share, head))
     return heads
+
+
+def placeable(share: Share, head: Job) -> bool:
+    """Can anything the other shares do let a pass place `head`?  Not when it could only
+    borrow, its share may not (`borrow_refused`), and no job of its own share could make room
+    for it: it then waits for its own share's changes (which always mark the share)."""
+    if not borrow_refused(share, head.need):
+        return True
+    return share.in_share_preemption and bool(in_share_candidates(share, head))
 
 
 def _admitted(round_: Round, environment: Environment, queue: Queue, share: Share, head: Job) -> bool:
