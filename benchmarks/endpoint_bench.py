@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/endpoint_bench.py              # 500 requests a run, 1 and 8 at
                                                                # once: ~25-45 s on 2 cores
     .venv/bin/python benchmarks/endpoint_bench.py --jobs 2000 --threads 1,4,16
+    .venv/bin/python benchmarks/endpoint_bench.py --smoke      # 40 requests a run (make test)
 
 One real stack, started here and stopped at the end: `quotasched up --data-dir <tmp>
 --executor none --no-projector` as a subprocess (embedded nats-server, scheduler and the AWS
@@ -71,6 +72,7 @@ PAYLOAD = json.dumps({"ResourceConfig": {"InstanceType": UNIT, "InstanceCount": 
 START_TIMEOUT_S = 120.0
 CALL_TIMEOUT_S = 60.0
 WARMUP = 5  # untimed requests per client and path
+SMOKE_JOBS = 40  # --smoke: requests per run
 
 
 # -- the stack: `quotasched up` ----------------------------------------------------------------
@@ -444,13 +446,18 @@ def main() -> int:
     parser.add_argument(
         "--jobs",
         type=int,
-        default=500,
-        help="requests per run (each path, each concurrency; default 500)",
+        default=None,
+        help=f"requests per run (each path, each concurrency; default 500, smoke {SMOKE_JOBS})",
     )
     parser.add_argument("--threads", default="1,8",
                         help="concurrencies, comma-separated: boto3 threads, and as many "
                              "coroutines on the direct path (default 1,8)")  # fmt: skip
+    parser.add_argument("--smoke", action="store_true",
+                        help=f"{SMOKE_JOBS} requests a run unless --jobs: seconds, that it runs "
+                             "(make test)")  # fmt: skip
     args = parser.parse_args()
+    if args.jobs is None:
+        args.jobs = SMOKE_JOBS if args.smoke else 500
     if args.jobs < 1 or any(int(value) < 1 for value in args.threads.split(",")):
         parser.error("--jobs and every --threads value must be at least 1")
     return asyncio.run(main_async(args))

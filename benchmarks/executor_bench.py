@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/executor_bench.py                 # 100 jobs per executor at
                                                                   # 20/s: ~1.5-2 min on 2 cores
     .venv/bin/python benchmarks/executor_bench.py --jobs 50 --executors simulated,process
+    .venv/bin/python benchmarks/executor_bench.py --smoke         # 10 jobs per executor: ~30 s
 
 Each executor kind gets its own fresh stack, started here and stopped at the end of its run:
 an embedded nats-server (live_bench.Server: the real binary, a temporary store), `quotasched
@@ -63,6 +64,9 @@ max in ms and, for the executor stages, p50 / the scheduler's decision p50 of th
 then a summary with one row per executor.  Nothing is asserted.  On a small shared machine
 nats-server, the scheduler, the executor, its jobs and this script compete for the same
 cores: figures move between runs, compare the ratios and orders of magnitude.
+
+--smoke: every executor with 10 jobs (unless --jobs), in about 25-35 s: that the bench runs
+(`make test`); with 10 samples its percentiles are too rough to quote.
 """
 
 from __future__ import annotations
@@ -108,6 +112,7 @@ CAPACITY = 100_000
 GPUS = "0,1,2,3"
 HOST = "xb-host"
 READY_TIMEOUT_S = 60.0
+SMOKE_JOBS = 10  # --smoke: jobs per executor
 DUMMY_AWS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
              "AWS_SESSION_TOKEN": "testing", "AWS_DEFAULT_REGION": "us-east-1",
              "AWS_REGION": "us-east-1", "AWS_CONFIG_FILE": os.devnull,
@@ -611,7 +616,10 @@ async def main_async(args) -> int:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--jobs", type=int, default=100, help="jobs per executor (default 100)")
+    parser.add_argument("--jobs", type=int, default=None,
+                        help=f"jobs per executor (default 100, smoke {SMOKE_JOBS})")
+    parser.add_argument("--smoke", action="store_true",
+                        help=f"{SMOKE_JOBS} jobs per executor: that it runs (make test)")
     parser.add_argument("--executors", default=",".join(KINDS),
                         help="comma-separated kinds (default: simulated,process,sagemaker,agent)")
     parser.add_argument("--rate", type=float, default=20.0,
@@ -620,7 +628,10 @@ def main() -> int:
                         help="how long each job runs (simulated duration, sleep after the stamp)")
     parser.add_argument("--timeout", type=float, default=120.0,
                         help="seconds to wait for every job to end after the last submission")
-    return asyncio.run(main_async(parser.parse_args()))
+    args = parser.parse_args()
+    if args.jobs is None:
+        args.jobs = SMOKE_JOBS if args.smoke else 100
+    return asyncio.run(main_async(args))
 
 
 if __name__ == "__main__":

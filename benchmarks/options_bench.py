@@ -7,6 +7,7 @@ cut the work lost to preemption without costing wait?
     .venv/bin/python benchmarks/options_bench.py --baseline mix   # the mix instead
     .venv/bin/python benchmarks/options_bench.py --jobs 1         # one process
     .venv/bin/python benchmarks/options_bench.py --variant "lend at most half"  # with the baseline
+    .venv/bin/python benchmarks/options_bench.py --smoke          # seconds: that it runs (make test)
 
 The baseline under AWS's semantics: every share LEND_AND_BORROW with unlimited borrowing (the
 most preemption of the examples at 60 % of peak); `--baseline mix` takes the mix (3 big teams
@@ -33,6 +34,10 @@ fair share and groups move idle capacity between teams rather than cut preemptio
 team in full: time to first start and total time queued, p50 / p95 of each.
 Runs go to --jobs processes (default: every core); a run takes 5-20 s of CPU with the
 compiled core (`make native`), 2-3x that interpreted, the 40 % pool the slowest.
+`--smoke` runs every variant on the trace's first 1,000 jobs at pools of 150 and 300 GPUs
+(small enough that jobs wait and are preempted) and prints the same tables in about 10-25 s:
+that the bench runs (`make test`).  Its figures are not the trace's (a pool's "% of peak" is
+still the full trace's peak).
 """
 
 from __future__ import annotations
@@ -67,6 +72,8 @@ DEPARTMENTS = {
 }
 BUDGET_1 = {"preemptionBudget": {"maxPreemptions": 1, "windowSeconds": DAY}}
 GROUP_CAP = 1.5  # "capped": a department holds at most 1.5x its members' planned quotas
+SMOKE_JOBS = 1000  # --smoke: the trace's first jobs ...
+SMOKE_POOLS = (150, 300)  # ... on pools where they queue and are preempted
 
 
 class Queue(NamedTuple):
@@ -173,10 +180,13 @@ class Result(NamedTuple):
 _trace = None
 
 
-def run_one(baseline: str, variant: str, pool: int, trace_path: str) -> Result:
+def run_one(baseline: str, variant: str, pool: int, trace_path: str,
+            head: int | None = None) -> Result:  # fmt: skip
     global _trace
     if _trace is None:
         _trace = read_trace(trace_path)
+        if head is not None:
+            _trace = _trace.head(head)
     started = time.process_time()
     config = load_config(os.path.join(ROOT, "examples", "simulate", BASELINES[baseline]))
     options = VARIANTS[variant]
@@ -281,17 +291,24 @@ def main() -> None:
     parser.add_argument("--baseline", action="append", choices=sorted(BASELINES))
     parser.add_argument("--variant", action="append", choices=list(VARIANTS))
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--smoke", action="store_true",
+                        help=f"the trace's first {SMOKE_JOBS:,} jobs, pools of "
+                             f"{' and '.join(map(str, SMOKE_POOLS))} GPUs unless --pool: seconds, "
+                             "that it runs (make test)")  # fmt: skip
     args = parser.parse_args()
-    pools = args.pool or POOLS
+    head = SMOKE_JOBS if args.smoke else None
+    pools = args.pool or (SMOKE_POOLS if args.smoke else POOLS)
     variants = args.variant or list(VARIANTS)
     if "AWS (baseline)" not in variants:
         variants.insert(0, "AWS (baseline)")
     grid = [(b, v, p) for p in pools for b in (args.baseline or ["all borrow"]) for v in variants]
     started = time.perf_counter()
     with ProcessPoolExecutor(args.jobs) as pool:
-        futures = [pool.submit(run_one, *cell, args.trace) for cell in grid]
+        futures = [pool.submit(run_one, *cell, args.trace, head) for cell in grid]
         results = [future.result() for future in futures]
     cpu = sum(r.cpu_s for r in results)
+    if args.smoke:
+        print(f"smoke: the trace's first {SMOKE_JOBS:,} jobs; that it runs, no figures to quote")
     print(f"{len(results)} runs in {time.perf_counter() - started:.0f} s wall, {cpu:.0f} s CPU "
           f"(slowest {max(r.cpu_s for r in results):.1f} s); utilization over the trace's submit span\n")
     table(results)

@@ -1,10 +1,13 @@
 """Scheduling partitions per job queue: live throughput against the single partition.
 
     .venv/bin/python benchmarks/partition_bench.py          # full: N = 20k per queue, 10 s latency
-    .venv/bin/python benchmarks/partition_bench.py --quick  # N = 3k per queue, 3 s latency (smoke test)
+    .venv/bin/python benchmarks/partition_bench.py --quick  # N = 3k per queue, 3 s latency; ~50 s
+    .venv/bin/python benchmarks/partition_bench.py --smoke  # N = 2k, K in 1,2, 1 s latency (make test)
 
 Other options: --commands N (per queue), --queues 1,2,4 (the values of K), --rate R and
---seconds S (the latency phase), --no-latency.  QUOTASCHED_* variables in the environment
+--seconds S (the latency phase), --no-latency.  --smoke runs every mode and both latency runs
+at N = 2k, K in 1, 2 and 1 s of latency, in about 20-30 s: that the bench runs (`make test`);
+its figures are too short to quote.  QUOTASCHED_* variables in the environment
 reach every scheduler this starts (QUOTASCHED_JOB_QUEUES is removed: each run names its own
 queues).
 
@@ -416,11 +419,13 @@ async def run_latency(mode: str, rate: float, seconds: float, warmup_s: float) -
 
 async def main_async(args) -> int:
     _patch_publish_async()
-    ks = sorted({int(k) for k in args.queues.split(",")})
-    n = args.commands or (3_000 if args.quick else 20_000)
-    seconds = args.seconds or (3.0 if args.quick else 10.0)
+    queues = args.queues or ("1,2" if args.smoke else "1,2,4")
+    ks = sorted({int(k) for k in queues.split(",")})
+    size = "smoke" if args.smoke else "quick" if args.quick else "full"
+    n = args.commands or {"smoke": 2_000, "quick": 3_000, "full": 20_000}[size]
+    seconds = args.seconds or {"smoke": 1.0, "quick": 3.0, "full": 10.0}[size]
     warmup = 1.0
-    print(f"partition_bench: {'quick' if args.quick else 'full'} run, N = {n:,} job commands per "
+    print(f"partition_bench: {size} run, N = {n:,} job commands per "
           f"queue, K in {', '.join(map(str, ks))}"
           + ("" if args.no_latency else f"; latency at {args.rate:.0f}/s for {seconds:.0f} s "
                                         f"(+{warmup:.0f} s warm-up)"))  # fmt: skip
@@ -485,10 +490,16 @@ async def main_async(args) -> int:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small sizes (N = 3k per queue)")
-    parser.add_argument("--commands", type=int, default=0, help="job commands per queue (default 20k, quick 3k)")
-    parser.add_argument("--queues", default="1,2,4", help="the values of K, comma-separated")
+    parser.add_argument("--smoke", action="store_true",
+                        help="tiny sizes (N = 2k per queue, K in 1,2, 1 s latency): that it runs, "
+                             "for make test")  # fmt: skip
+    parser.add_argument("--commands", type=int, default=0,
+                        help="job commands per queue (default 20k, quick 3k, smoke 2k)")
+    parser.add_argument("--queues", default=None,
+                        help="the values of K, comma-separated (default 1,2,4; smoke 1,2)")
     parser.add_argument("--rate", type=float, default=1000.0, help="paced submissions per second (latency)")
-    parser.add_argument("--seconds", type=float, default=0.0, help="latency run length (default 10, quick 3)")
+    parser.add_argument("--seconds", type=float, default=0.0,
+                        help="latency run length (default 10, quick 3, smoke 1)")
     parser.add_argument("--no-latency", action="store_true", help="skip the latency phase")
     return asyncio.run(main_async(parser.parse_args()))
 

@@ -4,6 +4,7 @@
     .venv/bin/python benchmarks/projections_bench.py --quick    # ~120k facts
     .venv/bin/python benchmarks/projections_bench.py --facts FILE.jsonl
     .venv/bin/python benchmarks/projections_bench.py --stream     # also from QM_FACTS
+    .venv/bin/python benchmarks/projections_bench.py --smoke      # ~10k facts, with --stream (make test)
 
 The fact file is made once and cached in benchmarks/out/: `benchmarks/workload.py` writes a
 command file, `quotasched replay` turns it into facts.  Then, best of --reps:
@@ -23,6 +24,10 @@ command file, `quotasched replay` turns it into facts.  Then, best of --reps:
 
 Target (from the issue): rebuild >= 500k facts/s, printed as PASS / MISS.  Wall-clock times on
 a shared machine: the load average is printed with the figures.
+
+--smoke: every step above, --stream included, on ~10k facts (8k commands) with one repetition
+and incremental batches of 100 and 500 facts (the 8 batches of 5000 would not fit), in about
+10-20 s: that the bench runs (`make test`); its figures are too small to quote.
 """
 
 from __future__ import annotations
@@ -205,14 +210,18 @@ def stream_rebuilds(lines: list[bytes], reps: int) -> tuple[float, float, list[f
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="~120k facts, 2 repetitions")
+    parser.add_argument("--smoke", action="store_true",
+                        help="~10k facts, 1 repetition, with --stream: that it runs (make test)")
     parser.add_argument("--facts", type=Path, help="a fact file to use instead of the workload")
     parser.add_argument("--reps", type=int, default=None)
     parser.add_argument("--stream", action="store_true",
                         help="also rebuild from the stream: publish the facts into an embedded "
                              "nats-server, then `rebuild_from_stream` beside the read floor")
     args = parser.parse_args()
-    reps = args.reps or (2 if args.quick else 3)
-    sizes = (100_000, 50_000) if args.quick else (850_000, 400_000)
+    reps = args.reps or (1 if args.smoke else 2 if args.quick else 3)
+    sizes = ((8_000, 4_000) if args.smoke else (100_000, 50_000) if args.quick
+             else (850_000, 400_000))  # fmt: skip
+    args.stream = args.stream or args.smoke
     facts = args.facts or fact_file(*sizes)
     lines = [line for line in facts.read_bytes().splitlines() if line.strip()]
     size_mb = facts.stat().st_size / 1e6
@@ -234,7 +243,8 @@ def main() -> None:
         for label, spent in reads(directory):
             print(f"read: {label:<30} {spent * 1000:8.0f} ms")
         per_batches = {}
-        for batch in (1000, 5000):
+        small_batch, large_batch = (100, 500) if args.smoke else (1000, 5000)
+        for batch in (small_batch, large_batch):
             per_batch = per_batches[batch] = incremental(lines, directory, batch)
             print(f"incremental apply, {batch:>5} facts/batch: {per_batch:8.0f} ms/batch "
                   f"({batch / per_batch * 1000:,.0f} facts/s)")
@@ -242,11 +252,12 @@ def main() -> None:
         # attempt running) are hash joins that read the key columns of the whole job and
         # allocation tables (an ART index does not speed up a join of 1000 keys in DuckDB).
         small = len(lines) // 10
-        per_batch_small = incremental(lines, directory, 1000, head=small)
-        print(f"incremental apply, 1000 facts/batch on {small:,} facts: {per_batch_small:.0f} "
-              f"ms/batch; on {len(lines) - 8000:,}: {per_batches[1000]:.0f} ms/batch "
-              f"({per_batches[1000] / per_batch_small:.1f}x for {(len(lines) - 8000) / small:.0f}x "
-              f"the facts)")
+        per_batch_small = incremental(lines, directory, small_batch, head=small)
+        rest = len(lines) - 8 * small_batch
+        print(f"incremental apply, {small_batch} facts/batch on {small:,} facts: "
+              f"{per_batch_small:.0f} ms/batch; on {rest:,}: {per_batches[small_batch]:.0f} "
+              f"ms/batch ({per_batches[small_batch] / per_batch_small:.1f}x for "
+              f"{rest / small:.0f}x the facts)")  # fmt: skip
     if args.stream:
         read_rate, stream_rate, runs = stream_rebuilds(lines, reps)
         print(f"stream read floor (read_log_chunks, nothing kept): {read_rate:>10,.0f} facts/s")

@@ -3,11 +3,16 @@
 
     .venv/bin/python benchmarks/projector_bench.py               # 100k facts at 10k facts/s
     .venv/bin/python benchmarks/projector_bench.py --quick       # 20k facts
+    .venv/bin/python benchmarks/projector_bench.py --smoke       # 3k facts: that it runs (make test)
     .venv/bin/python benchmarks/projector_bench.py --facts 200000 --rate 20000
     QUOTASCHED_PROJECTOR_MAX_BATCH=5000 .venv/bin/python benchmarks/projector_bench.py
         # QUOTASCHED_PROJECTOR_* variables reach the projector process
 
-Target (the issue): lag under a second at 10k facts/s.
+Target (the issue): lag under a second at 10k facts/s.  Exit status 1 when it is missed or the
+two files below differ.  --smoke offers 3k facts at the same rate, in about 10-15 s: that the
+bench runs (`make test`).  Its figures are too small to quote (its catch-up is one batch, done
+before the projector first answers, so the rate after answering means nothing), and only
+different checksums fail it, not a missed target.
 
 The facts are real: a workload from benchmarks/workload.py (cached in benchmarks/out/) is run
 offline through the decision core (services.replay), and each fact is published on the
@@ -288,7 +293,7 @@ async def run(args) -> int:
         same = sums[0] == sums[1]
         print(f"  checksums of the live file and the catch-up file: "
               f"{'identical' if same else 'DIFFERENT'} (position {sums[0][0]:,})")  # fmt: skip
-    return 0 if (verdict == "PASS" and same) else 1
+    return 0 if same and (verdict == "PASS" or args.smoke) else 1
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -297,12 +302,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rate", type=float, default=10_000.0, help="offered facts/s")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--quick", action="store_true", help="20k facts")
+    parser.add_argument("--smoke", action="store_true",
+                        help="3k facts: that it runs (make test); only different checksums "
+                             "fail it")  # fmt: skip
     parser.add_argument("--workload", type=Path, default=None,
                         help="a command file to replay for the facts (default: a workload.py "
                              "file with as many commands as facts, cached in benchmarks/out/)")
     args = parser.parse_args(argv)
     if args.quick:
         args.facts = 20_000
+    if args.smoke:
+        args.facts = 3_000
     sys.exit(asyncio.run(run(args)))
 
 

@@ -4,6 +4,7 @@ cost linear in the number of jobs).
     .venv/bin/python benchmarks/simulate_bench.py              # every examples/simulate config
     .venv/bin/python benchmarks/simulate_bench.py --quick      # two configurations
     .venv/bin/python benchmarks/simulate_bench.py --profile    # cProfile one run, top 25
+    .venv/bin/python benchmarks/simulate_bench.py --smoke      # seconds: that it runs (make test)
 
 Per configuration: wall and CPU seconds of the simulation alone (the trace is read once,
 before), jobs/s, commands and facts, preemptions, the pool's utilization over the trace's
@@ -12,6 +13,11 @@ prints it; not timed), and PASS / MISS against 10 s.  Then the linearity
 check: the first 25 %, 50 % and 100 % of the trace under the same configuration, cost per
 job, and the ratio largest / smallest (<= 1.5 is called linear).  Times are best of
 --reps runs on a machine shared with other work: compare ratios, not last digits.
+
+`--smoke` runs every configuration on the trace's first 2,000 jobs, each on a pool of 300
+instances (small enough that jobs queue and are preempted, as on the full trace), then the
+linearity check on those jobs, in about 10-20 s: that the bench runs (`make test`); its
+figures are not the full trace's.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from quotasched.services.simulate import (load_config, read_trace, simulate,  # 
                                           submit_span, summarize)  # fmt: skip
 
 TARGET_S = 10.0
+SMOKE_JOBS, SMOKE_POOL = 2_000, 300  # --smoke: the trace's first jobs, on this pool
 
 
 def timed(trace, config, reps: int) -> tuple[float, float, object]:
@@ -50,6 +57,9 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=1)
     parser.add_argument("--quick", action="store_true", help="two configurations only")
     parser.add_argument("--profile", action="store_true", help="cProfile the first configuration")
+    parser.add_argument("--smoke", action="store_true",
+                        help=f"the trace's first {SMOKE_JOBS:,} jobs on a pool of {SMOKE_POOL} "
+                             "instances: seconds, that it runs (make test)")  # fmt: skip
     parser.add_argument("--linearity", default=None,
                         help="configuration for the linearity check (default: the mix)")  # fmt: skip
     args = parser.parse_args()
@@ -59,8 +69,15 @@ def main() -> None:
         paths = [p for p in paths if p.endswith(("itp-fixed.yaml", "itp-lend-and-borrow.yaml"))]
     started = time.perf_counter()
     trace = read_trace(args.trace)
-    print(f"trace {args.trace}: {len(trace):,} jobs, read in {time.perf_counter() - started:.2f} s")
+    if args.smoke:
+        trace = trace.head(SMOKE_JOBS)
+    print(f"trace {trace.source}: {len(trace):,} jobs, "
+          f"read in {time.perf_counter() - started:.2f} s")  # fmt: skip
     configs = [load_config(path) for path in paths]
+    if args.smoke:
+        configs = [config.with_pool(SMOKE_POOL) for config in configs]
+        print(f"smoke: every configuration on a pool of {SMOKE_POOL} instances; that it runs, "
+              "no figures to quote")  # fmt: skip
 
     if args.profile:
         profile = cProfile.Profile()
@@ -87,6 +104,8 @@ def main() -> None:
     linear_path = args.linearity or next((p for p in paths if p.endswith("itp-lend-and-borrow.yaml")),
                                          paths[0])  # fmt: skip
     config = load_config(linear_path)
+    if args.smoke:
+        config = config.with_pool(SMOKE_POOL)
     print(f"\nlinearity ({config.name}): first 25 / 50 / 100 % of the trace")
     print(f"{'jobs':>8} {'wall s':>7} {'cpu s':>7} {'µs/job (cpu)':>13}")
     costs = []

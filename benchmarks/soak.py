@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/soak.py                      # ~100 faults, about 6-8 minutes
     .venv/bin/python benchmarks/soak.py --faults 400 --commands 60000 --seed 7
+    .venv/bin/python benchmarks/soak.py --smoke              # one fault of each kind: ~15-30 s
 
 One real nats-server (file storage) in a temporary directory, a scheduler, a projector, and a
 steady stream of workload commands (tests/integration/helpers.generate_workload), published
@@ -23,6 +24,11 @@ At the end it checks what the suite checks, and prints a summary:
   - the projector's DuckDB file equals a clean rebuild of that log.
 
 Exit status 0 when every check holds, 1 otherwise.
+
+--smoke: 500 commands (unless --commands) and 4 faults (unless --faults), the first four one
+of each kind in a fixed order (SMOKE_FAULTS) rather than drawn, on a store of 16 MiB
+(SMOKE_STORE_LIMIT) so that the disk-full fault fills it in a moment; every check and the
+summary as above, in seconds: that the soak runs (`make test`).
 """
 
 from __future__ import annotations
@@ -72,16 +78,21 @@ from tests.reliability.support import publish_retrying, publish_until_stored  # 
 
 
 STORE_LIMIT = 256 * 1024 * 1024  # the server's max_file_store: what a disk-full fault fills
+SMOKE_STORE_LIMIT = 16 * 1024 * 1024  # --smoke's
+SMOKE_FAULTS = ("scheduler SIGKILL", "projector SIGKILL", "disk full", "nats-server SIGKILL")
 FILLER = "SOAK_FILLER"
 
 
 class Soak:
-    def __init__(self, root: Path, seed: int):
+    def __init__(self, root: Path, seed: int, store_limit: int = STORE_LIMIT,
+                 order: tuple[str, ...] = ()):  # fmt: skip
         self.root = root
         self.rng = random.Random(seed)
+        self.store_limit = store_limit
+        self.order = list(order)  # the first faults' kinds, in this order; then drawn
         root.mkdir(parents=True, exist_ok=True)
         conf = root / "nats.conf"
-        conf.write_text(f"jetstream {{ max_file_store: {STORE_LIMIT} }}\n")
+        conf.write_text(f"jetstream {{ max_file_store: {store_limit} }}\n")
         self.server = EmbeddedServer(root / "nats", extra_args=["-c", str(conf)]).start()
         self.env = {**os.environ, "QUOTASCHED_NATS_URL": self.server.url,
                     "QUOTASCHED_TICK_INTERVAL_S": "100000", "QUOTASCHED_LEASE_TTL_S": "2",
@@ -102,28 +113,34 @@ class Soak:
 
         await eventually(led, 60, what="a scheduler leading")
 
-    async def inject(self, js) -> str:
+    def draw(self) -> str:
         roll = self.rng.random()
         if roll < 0.03:
+            return "disk full"
+        if roll < 0.07:
+            return "nats-server SIGKILL"
+        if roll < 0.20:
+            return "projector SIGKILL"
+        return "scheduler SIGKILL"
+
+    async def inject(self, js) -> str:
+        kind = self.order.pop(0) if self.order else self.draw()
+        if kind == "disk full":
             await self.fill_and_free(js)
-            kind = "disk full"
-        elif roll < 0.07:
+        elif kind == "nats-server SIGKILL":
             self.server.kill()
             await asyncio.sleep(self.rng.uniform(0.2, 1.0))
             self.server.start()
-            kind = "nats-server SIGKILL"
-        elif roll < 0.20:
+        elif kind == "projector SIGKILL":
             self.projector.kill()
             self.projector.log.close()
             self.projector = self.spawn("projector", "--db", str(self.root / "soak.duckdb"))
-            kind = "projector SIGKILL"
         else:
             await self.leading()
             await asyncio.sleep(self.rng.uniform(0.0, 0.8))
             self.scheduler.kill()
             self.scheduler.log.close()
             self.scheduler = self.spawn("scheduler")
-            kind = "scheduler SIGKILL"
         self.faults[kind] += 1
         return kind
 
@@ -132,7 +149,7 @@ class Soak:
         for a few seconds (commands wait, new ones are refused), then free it."""
         await js.add_stream(StreamConfig(name=FILLER, subjects=["soak.filler"]))
         chunk = b"\0" * ((1 << 20) - 4096)  # under max_payload with the publish headers
-        for _ in range(2 * STORE_LIMIT // len(chunk)):
+        for _ in range(2 * self.store_limit // len(chunk)):
             try:
                 await js.publish("soak.filler", chunk, stream=FILLER, timeout=10)
             except APIError as error:
@@ -174,10 +191,11 @@ async def publish_hostile(js, rng: random.Random, items, every: int, published: 
         stored[await publish_until_stored(js, subject, payload, f"hostile-{sent}", 5)] = kind
 
 
-async def soak(faults: int, commands: int, seed: int, root: Path, hostile_every: int) -> bool:
+async def soak(faults: int, commands: int, seed: int, root: Path, hostile_every: int,
+               smoke: bool = False) -> bool:  # fmt: skip
     began = time.monotonic()
     items = generate_workload(seed=seed, count=commands)
-    run = Soak(root, seed)
+    run = Soak(root, seed, SMOKE_STORE_LIMIT, SMOKE_FAULTS) if smoke else Soak(root, seed)
     try:
         await run.leading()
         async with Bus(run.server.url) as bus:
@@ -264,15 +282,20 @@ async def soak(faults: int, commands: int, seed: int, root: Path, hostile_every:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--faults", type=int, default=100)
-    parser.add_argument("--commands", type=int, default=20_000)
+    parser.add_argument("--faults", type=int, default=None, help="default 100, smoke 4")
+    parser.add_argument("--commands", type=int, default=None, help="default 20000, smoke 500")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--hostile-every", type=int, default=10,
                         help="one hostile message per this many honest commands")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    parser.add_argument("--smoke", action="store_true",
+                        help="500 commands, one fault of each kind, a 16 MiB store: that it runs "
+                             "(make test)")  # fmt: skip
     args = parser.parse_args()
+    faults = args.faults if args.faults is not None else 4 if args.smoke else 100
+    commands = args.commands if args.commands is not None else 500 if args.smoke else 20_000
     root = Path(tempfile.mkdtemp(prefix="quotasched-soak-"))
-    ok = asyncio.run(soak(args.faults, args.commands, args.seed, root, args.hostile_every))
+    ok = asyncio.run(soak(faults, commands, args.seed, root, args.hostile_every, args.smoke))
     if args.keep:
         print(f"logs and stores kept in {root}")
     else:
