@@ -37,9 +37,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from quotasched.events.base import is_path_component
+from quotasched.events.facts import JobDispatched, JobPreempted, JobQueueCreated, JobQueueUpdated
 from quotasched.services import logs
 from quotasched.services.executors import containers, jobenv
-from quotasched.services.executors.base import Attempt, Publish
+from quotasched.services.executors.base import Attempt, ExecutorFact, Publish
 from quotasched.services.executors.containers import RUNTIMES
 from quotasched.services.executors.fleet import Fleet
 from quotasched.services.executors.ledger import Entry, Ledger
@@ -144,29 +145,28 @@ class GpuAgent(ProcessExecutor):
 
     # -- the fact log ------------------------------------------------------------------------
 
-    def learn(self, fact: dict[str, Any]) -> None:
+    def learn(self, fact: ExecutorFact) -> None:
         super().learn(fact)
-        kind = fact.get("kind")
-        if kind in ("JobQueueCreated", "JobQueueUpdated"):
-            self.queue_environment[fact["jobQueue"]] = fact["serviceEnvironment"]
-        elif kind == "JobPreempted":
-            self.preempted[fact["jobId"]] = fact["attempt"]
+        if isinstance(fact, (JobQueueCreated, JobQueueUpdated)):
+            self.queue_environment[fact.job_queue] = fact.service_environment
+        elif isinstance(fact, JobPreempted):
+            self.preempted[fact.job_id] = fact.attempt
 
-    def serves(self, fact: dict[str, Any]) -> bool:
+    def serves(self, fact: JobDispatched) -> bool:
         """A dispatch in this fleet's service environment, of this host's unit only."""
-        usage = fact.get("capacityUsage") or []
-        return (self.queue_environment.get(fact["jobQueue"]) == self.options.service_environment
-                and bool(usage) and all(u["capacityUnit"] == self.options.capacity_unit for u in usage))
+        usage = fact.capacity_usage
+        return (self.queue_environment.get(fact.job_queue) == self.options.service_environment
+                and bool(usage) and all(u.capacity_unit == self.options.capacity_unit for u in usage))
 
-    async def _dispatched(self, fact: dict[str, Any]) -> None:
+    async def _dispatched(self, fact: JobDispatched) -> None:
         """Placing can take a while (victims stopping, GPUs freed elsewhere): it runs beside
         the log, which goes on being read (a preemption or termination of it included)."""
-        key = (fact["jobId"], fact["attempt"])
+        key = (fact.job_id, fact.attempt)
         if key in self.started or not self.serves(fact):
             return
         self.started.add(key)
         task = asyncio.create_task(self._place_and_run(fact))
-        self.placing[fact["jobId"]] = (fact["attempt"], task)
+        self.placing[fact.job_id] = (fact.attempt, task)
 
     async def _stop(self, job_id: str, attempt_number: int) -> None:
         placing = self.placing.get(job_id)
@@ -178,14 +178,14 @@ class GpuAgent(ProcessExecutor):
 
     # -- placing -----------------------------------------------------------------------------
 
-    async def _place_and_run(self, fact: dict[str, Any]) -> None:
-        job_id, number = fact["jobId"], fact["attempt"]
-        attempt = Attempt(job_id, number, fact["jobQueue"], fact["quotaShareName"],
+    async def _place_and_run(self, fact: JobDispatched) -> None:
+        job_id, number = fact.job_id, fact.attempt
+        attempt = Attempt(job_id, number, fact.job_queue, fact.quota_share_name,
                           self.specs.get(job_id, {"tags": {}, "payload": None}))  # fmt: skip
-        need = sum(usage["quantity"] for usage in fact["capacityUsage"])
+        need = sum(usage.quantity for usage in fact.capacity_usage)
         try:
             await self.joined.wait()
-            await self._wait_for_victims(fact.get("afterPreemptionOf") or [])
+            await self._wait_for_victims(fact.after_preemption_of)
             gpus = await self._place(attempt, need)
         finally:
             if self.placing.get(job_id, (None,))[0] == number:

@@ -2,22 +2,24 @@
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import warnings
+from typing import get_args
 
 from faststream import AckPolicy
 from faststream.nats import JStream, NatsBroker
 from faststream.nats.annotations import NatsMessage
 from nats.js.api import AckPolicy as ConsumerAck
 from nats.js.api import ConsumerConfig, DeliverPolicy, ReplayPolicy
+from pydantic import ValidationError
 
 from quotasched.events.base import NAME_PATTERN, NAME_RULE
+from quotasched.events.codec import decode_fact
 from quotasched.events.subjects import COMMANDS_STREAM, FACTS_PREFIX, FACTS_STREAM
 from quotasched.services import logs
 from quotasched.services.nats import natsfix
-from quotasched.services.executors.base import Executor, consumer_name
+from quotasched.services.executors.base import Executor, ExecutorFact, consumer_name
 from quotasched.services.executors.ledger import Ledger
 from quotasched.services.executors.process import ProcessExecutor
 from quotasched.services.executors.simulated import SimulatedExecutor
@@ -27,15 +29,17 @@ natsfix.install()  # every fact an executor reads carries four headers; see serv
 
 log = logs.get("quotasched.executor")
 
-# Only the facts an executor acts on; everything else stays on the server.  A job queue's
-# facts name its service environment, which the GPU agent serves (agent.py).
-EXECUTOR_FACTS = ("JobSubmitted", "JobDispatched", "JobPreempted", "JobStatusChanged",
-                  "JobQueueCreated", "JobQueueUpdated")  # fmt: skip
+# Only the facts an executor acts on (base.ExecutorFact, the contract's models); everything
+# else is acked unread.  A job queue's facts name its service environment, which the GPU
+# agent serves (agent.py).
+EXECUTOR_MODELS = get_args(ExecutorFact)
+EXECUTOR_FACTS = tuple(model.model_fields["kind"].default for model in EXECUTOR_MODELS)
 # The ones that say how to run a job, or that it is over, or where (Executor.learn).
 LEARNED = ("JobSubmitted", "JobPreempted", "JobStatusChanged", "JobQueueCreated",
            "JobQueueUpdated")  # fmt: skip
 ACK_WAIT_S = 30.0  # a fact not acked within this is delivered again
 MAX_ACK_PENDING = 1000  # facts delivered and not yet acked, at most
+ERROR_MAX_CHARS = 1024  # a skipped fact's validation error, at most, in its log line
 
 
 def consumer_config(durable: str, fact_filter: str) -> ConsumerConfig:
@@ -76,6 +80,47 @@ def build_executor(broker: NatsBroker, kind: str, *, speed: float = 1.0, grace_s
     return subscribe(broker, executor, durable, fact_filter)
 
 
+def read_fact(data: bytes, seq: int, subject: str,
+              consumer: str | None = None) -> ExecutorFact | None:
+    """The contract's fact (events/facts.py) in a message whose kind, its subject's last token
+    (events.subjects.fact_subject), is one of EXECUTOR_FACTS: the caller decides that first,
+    so no other fact is validated.  A message that is not a valid fact of those kinds is
+    logged (one line: its stream sequence and why) and None is returned: the executor skips
+    it (its subscriber acks it), it never stops on one."""
+    try:
+        fact = decode_fact(data)
+    except Exception as error:  # pydantic's ValidationError, or anything it may raise
+        log.error("an invalid fact was skipped", seq=seq, subject=subject, consumer=consumer,
+                  error=describe(error))  # fmt: skip
+        return None
+    if not isinstance(fact, EXECUTOR_MODELS):
+        log.error("a fact of another kind than its subject names was skipped", seq=seq,
+                  subject=subject, consumer=consumer, kind=fact.kind)  # fmt: skip
+        return None
+    return fact
+
+
+def describe(error: Exception) -> str:
+    """A decoding error in one line of at most ERROR_MAX_CHARS: each of pydantic's errors as
+    `<where>: <message>` (never the input, which may be large), `; ` between them."""
+    if isinstance(error, ValidationError):
+        problems = []
+        for item in error.errors(include_url=False):
+            where = ".".join(str(part) for part in item["loc"])
+            problems.append(f"{where}: {item['msg']}" if where else item["msg"])
+        text = "; ".join(problems)
+    else:
+        text = repr(error)
+    text = " ".join(text.split())  # one line, whatever a message holds
+    return text if len(text) <= ERROR_MAX_CHARS else text[: ERROR_MAX_CHARS - 3] + "..."
+
+
+def raw_body(msg) -> bytes:
+    """The subscriber's decoder: the fact's bytes as they are, decoded only when their kind
+    is an executor's (`read_fact`), instead of FastStream's JSON parse of every fact."""
+    return msg.body
+
+
 def commands_publisher(broker: NatsBroker):
     """An executor's `publish`: its reports (and the agent's capacity updates) to QM_COMMANDS."""
 
@@ -90,15 +135,18 @@ def subscribe(broker: NatsBroker, executor: Executor, durable: str, fact_filter:
 
     mine = fact_filter.removesuffix(">")  # `qm.fact.` or `qm.fact.<queue>.`
 
-    async def on_fact(fact: dict, msg: NatsMessage) -> None:  # the decoded JSON object
+    async def on_fact(data: bytes, msg: NatsMessage) -> None:  # the fact's bytes (raw_body)
         subject = msg.raw_message.subject
+        seq = msg.raw_message.metadata.sequence.stream
         if not subject.startswith(mine):  # its consumer was changed: the watch restores it
             log.error("a fact outside the executor's filter was delivered; ignored",
                       consumer=durable, subject=subject, fact_filter=fact_filter)  # fmt: skip
-        elif fact.get("kind") in EXECUTOR_FACTS:
-            await executor.on_fact(fact)
+        elif subject.rsplit(".", 1)[-1] in EXECUTOR_FACTS:
+            fact = read_fact(data, seq, subject, durable)
+            if fact is not None:
+                await executor.on_fact(fact)
         # Handled (acked next): a consumer recreated after a deletion resumes after it.
-        executor.handled_seq = max(executor.handled_seq, msg.raw_message.metadata.sequence.stream)
+        executor.handled_seq = max(executor.handled_seq, seq)
 
     # One durable push consumer per executor name, on purpose: an executor must see every
     # fact in order (FastStream warns that such a consumer does not scale horizontally).
@@ -108,6 +156,7 @@ def subscribe(broker: NatsBroker, executor: Executor, durable: str, fact_filter:
             fact_filter, stream=JStream(FACTS_STREAM, declare=False),
             durable=durable, deliver_policy=DeliverPolicy.ALL,
             ack_policy=AckPolicy.ACK, config=consumer_config(durable, fact_filter),
+            decoder=raw_body,
         )(on_fact)  # fmt: skip
 
     executor.consumer = durable
@@ -144,11 +193,13 @@ async def catch_up(js, executor: Executor, on_fatal=None) -> int:
     read = 0
     mine = executor.fact_filter.removesuffix(">")  # `qm.fact.` or `qm.fact.<queue>.`
     # The whole log (ALL_FACTS): the message at `through` then surely comes, filter or not.
-    async for _seq, payload, subject in read_log(js, ALL_FACTS, 1, until_seq=through):
+    async for seq, payload, subject in read_log(js, ALL_FACTS, 1, until_seq=through):
         read += 1
-        kind = subject.rsplit(".", 1)[-1]
+        kind = subject.rsplit(".", 1)[-1]  # decided before any decoding: most facts are not
         if subject.startswith(mine) and (kind in LEARNED or (
                 kind == "JobDispatched" and executor.pending)):  # fmt: skip (when each was)
-            executor.learn(json.loads(payload))
+            fact = read_fact(payload, seq, subject, executor.consumer)
+            if fact is not None:
+                executor.learn(fact)
     log.info("caught up", consumer=executor.consumer, facts=read, jobs=len(executor.specs))
     return read

@@ -29,11 +29,19 @@ import asyncio
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeAlias
 
 from quotasched.events.codec import encode_bytes
 from quotasched.events.commands import ReportJobStatus
-from quotasched.events.values import ReportedStatus
+from quotasched.events.facts import (
+    JobDispatched,
+    JobPreempted,
+    JobQueueCreated,
+    JobQueueUpdated,
+    JobStatusChanged,
+    JobSubmitted,
+)
+from quotasched.events.values import JobStatus, PreemptionOutcome, ReportedStatus, StatusCause
 from quotasched.events.subjects import FACTS_PREFIX, command_subject
 from quotasched.services import logs
 from quotasched.services.executors.ledger import Entry, Ledger
@@ -51,6 +59,17 @@ VANISHED = ("Executor restarted: the attempt's process had ended, leaving no exi
 UNRECORDED = ("Executor upgraded: the attempt ran to its end under the new executor, but the "
               "release that started it kept no exit status; reported FAILED (the job's "
               "retryStrategy decides)")
+
+
+ExecutorFact: TypeAlias = (JobSubmitted | JobDispatched | JobPreempted | JobStatusChanged
+                           | JobQueueCreated | JobQueueUpdated)  # fmt: skip
+"""The facts an executor reads (the contract's models, events/facts.py; app.EXECUTOR_FACTS
+names their kinds): `on_fact` and `learn` are given nothing else."""
+
+# A JobStatusChanged to one of these not caused by a report stops the attempt (terminated,
+# timed out, share deleted, ...); one to these, whatever caused it, says the attempt ended.
+STOPPED = (JobStatus.FAILED, JobStatus.RUNNABLE)
+ENDED = (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.RUNNABLE)
 
 
 def consumer_name(kind: str, name: str | None = None, job_queue: str | None = None) -> str:
@@ -125,58 +144,56 @@ class Executor:
         if not self.pending:
             self.recovered.set()
 
-    async def on_fact(self, fact: dict[str, Any]) -> None:
-        kind = fact.get("kind")
+    async def on_fact(self, fact: ExecutorFact) -> None:
         self.learn(fact)
-        if kind == "JobDispatched":
+        if isinstance(fact, JobDispatched):
             await self._dispatched(fact)
-        elif kind == "JobPreempted":
-            await self._stop(fact["jobId"], fact["attempt"])
-        elif kind == "JobStatusChanged" and fact["status"] in ("FAILED", "RUNNABLE"):
-            if fact.get("cause") != "REPORTED":
-                await self._stop(fact["jobId"], fact["attempt"])
+        elif isinstance(fact, JobPreempted):
+            await self._stop(fact.job_id, fact.attempt)
+        elif isinstance(fact, JobStatusChanged) and fact.status in STOPPED:
+            if fact.cause is not StatusCause.REPORTED:
+                await self._stop(fact.job_id, fact.attempt)
 
-    def learn(self, fact: dict[str, Any]) -> None:
+    def learn(self, fact: ExecutorFact) -> None:
         """Keep how to run each job from its submission until it ends (then forget it).  Also
         fed the log an earlier executor of this name already consumed (app.catch_up), so a
         job submitted before a restart still runs when it is dispatched after it."""
-        kind = fact.get("kind")
-        if kind in ("JobPreempted", "JobStatusChanged") and self.pending:
+        if isinstance(fact, (JobPreempted, JobStatusChanged)) and self.pending:
             self._ended_meanwhile(fact)
-        elif kind == "JobDispatched" and (fact.get("jobId"), fact.get("attempt")) in self.pending:
-            self.dispatch_times[(fact["jobId"], fact["attempt"])] = fact.get("at")
-        if kind == "JobSubmitted":
-            self.specs[fact["jobId"]] = {"tags": fact.get("tags") or {},
-                                         "payload": fact.get("serviceRequestPayload")}  # fmt: skip
-        elif (kind == "JobStatusChanged" and fact.get("status") in ("SUCCEEDED", "FAILED")) or (
-                kind == "JobPreempted" and fact.get("outcome") == "FAILED"):  # fmt: skip
-            self.specs.pop(fact.get("jobId"), None)  # the job is over
+        elif isinstance(fact, JobDispatched) and (fact.job_id, fact.attempt) in self.pending:
+            self.dispatch_times[(fact.job_id, fact.attempt)] = fact.at
+        if isinstance(fact, JobSubmitted):
+            self.specs[fact.job_id] = {"tags": fact.tags or {},
+                                       "payload": fact.service_request_payload}  # fmt: skip
+        elif (isinstance(fact, JobStatusChanged) and fact.status.terminal) or (
+                isinstance(fact, JobPreempted)
+                and fact.outcome is PreemptionOutcome.FAILED):  # fmt: skip
+            self.specs.pop(fact.job_id, None)  # the job is over
 
-    def _ended_meanwhile(self, fact: dict[str, Any]) -> None:
+    def _ended_meanwhile(self, fact: JobPreempted | JobStatusChanged) -> None:
         """An attempt the previous executor left whose end the log already holds (preempted,
         terminated, or its end reported) is not followed: `recover` stops what is left of it
         and reports nothing.  The previous executor may have died in the middle of that stop,
         with the fact delivered and not acked: it comes again only after the ack wait."""
-        ended = fact["kind"] == "JobPreempted" or fact.get("status") in (
-            "SUCCEEDED", "FAILED", "RUNNABLE")  # fmt: skip
-        key = (fact.get("jobId"), fact.get("attempt"))
+        ended = isinstance(fact, JobPreempted) or fact.status in ENDED
+        key = (fact.job_id, fact.attempt)
         if ended and key in self.pending:
-            self.stop_requested.add(key)  # type: ignore[arg-type]
+            self.stop_requested.add(key)
 
-    async def _dispatched(self, fact: dict[str, Any]) -> None:
-        key = (fact["jobId"], fact["attempt"])
+    async def _dispatched(self, fact: JobDispatched) -> None:
+        key = (fact.job_id, fact.attempt)
         if key in self.started:
             return
         self.started.add(key)
-        for victim in fact.get("afterPreemptionOf") or []:
+        for victim in fact.after_preemption_of:
             if any(job_id == victim for job_id, _ in self.pending):
                 await self.recovered.wait()  # a victim a previous executor left: followed first
             running = self.running.get(victim)
             if running is not None:
                 await running.stopped.wait()
-        attempt = Attempt(fact["jobId"], fact["attempt"], fact["jobQueue"], fact["quotaShareName"],
-                          self.specs.get(fact["jobId"], {"tags": {}, "payload": None}),
-                          dispatched_at=fact.get("at"))  # fmt: skip
+        attempt = Attempt(fact.job_id, fact.attempt, fact.job_queue, fact.quota_share_name,
+                          self.specs.get(fact.job_id, {"tags": {}, "payload": None}),
+                          dispatched_at=fact.at)  # fmt: skip
         self.running[attempt.job_id] = attempt
         self.note(attempt)
         attempt.task = asyncio.create_task(self._run(attempt))

@@ -28,6 +28,7 @@ import nats
 from quotasched.services.client import Bus
 from quotasched.services.executors.agent import AgentOptions, GpuAgent
 from quotasched.services.executors.fleet import Fleet, fleet_bucket
+from tests.executor_facts import dispatched, queue_created, submitted
 from tests.integration.helpers import G5, eventually, publish_items, read_facts, setup_commands
 from tests.integration.test_failover import wait_leading
 from tests.reliability.test_agent_fleet import FAST, capacity_is, statuses
@@ -134,11 +135,10 @@ async def test_jobs_an_older_log_holds_never_stay_scheduled_under_the_agent(
     agent = GpuAgent(publish, options, fleet, state_dir=str(tmp_path / "state"))
     await agent.join()
     try:
-        await agent.on_fact({"kind": "JobQueueCreated", "jobQueue": "q", "serviceEnvironment": "se"})
+        await agent.on_fact(queue_created("q", "se"))
         for _, job_id, tags, _, _ in OLD_LOG:
-            await agent.on_fact({"kind": "JobSubmitted", "jobId": job_id, "tags": tags})
-            await agent.on_fact({"kind": "JobDispatched", "jobId": job_id, "attempt": 1, "jobQueue": "q",
-                                 "quotaShareName": "s", "capacityUsage": [{"capacityUnit": "u", "quantity": 1}]})
+            await agent.on_fact(submitted(job_id, tags, share="s", unit="u"))
+            await agent.on_fact(dispatched(job_id, share="s", unit="u"))
 
         async def all_ended() -> bool:
             return all(any(status in ("SUCCEEDED", "FAILED") for status, _ in reports.get(job_id, []))

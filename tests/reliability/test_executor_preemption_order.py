@@ -34,6 +34,7 @@ import pytest
 
 from quotasched.events.subjects import COMMANDS_STREAM
 from quotasched.services.client import Bus
+from tests.executor_facts import dispatched, preempted, submitted
 from tests.integration.helpers import eventually, publish_items, read_facts, setup_commands
 from tests.integration.test_failover import wait_leading
 from tests.reliability.support import read_stream
@@ -289,29 +290,27 @@ async def test_a_dispatch_waits_for_a_victim_whose_stop_is_still_under_way():
         pass
 
     executor = recorded_simulated(events)(publish, speed=1.0)
+    tags = {"duration": "600"}
     facts = [
-        {"kind": "ServiceEnvironmentCreated", "capacityLimits": [
-            {"capacityUnit": G5, "maxCapacity": 1}], "_seq": 1},
-        {"kind": "JobSubmitted", "jobId": "low", "tags": {"duration": "600"}, "_seq": 2},
-        {"kind": "JobDispatched", "jobId": "low", "attempt": 1, "jobQueue": "q",
-         "quotaShareName": "s", "capacityUsage": [{"capacityUnit": G5, "quantity": 1}],
-         "afterPreemptionOf": [], "_seq": 3},
-        {"kind": "JobSubmitted", "jobId": "high", "tags": {"duration": "600"}, "_seq": 4},
-        {"kind": "JobPreempted", "jobId": "low", "attempt": 1, "preemptorJobId": "high",
-         "outcome": "REQUEUED", "commandSeq": 5, "_seq": 5},
-        {"kind": "JobDispatched", "jobId": "high", "attempt": 1, "jobQueue": "q",
-         "quotaShareName": "s", "capacityUsage": [{"capacityUnit": G5, "quantity": 1}],
-         "afterPreemptionOf": ["low"], "_seq": 6},
-    ]  # fmt: skip
+        submitted("low", tags, share="s", unit=G5),
+        dispatched("low", share="s", unit=G5),
+        submitted("high", tags, share="s", unit=G5),
+        preempted("low", preemptor="high", share="s"),
+        dispatched("high", share="s", unit=G5, after=["low"]),
+    ]
     try:
-        for fact in facts[1:4]:
+        for fact in facts[:3]:
             await executor.on_fact(fact)
         await asyncio.wait_for(_until(lambda: ("start", "low", 1) in events), 30)
-        await asyncio.wait_for(asyncio.gather(*(executor.on_fact(f) for f in facts[4:])), 30)
+        await asyncio.wait_for(asyncio.gather(*(executor.on_fact(f) for f in facts[3:])), 30)
         await asyncio.wait_for(_until(lambda: ("start", "high", 1) in events), 30)
     finally:
         await executor.close()
-    check_preemption_order(events, facts, [])
+    # The checker reads the log as read_facts gives it: JSON objects, "_seq" their position.
+    environment = {"kind": "ServiceEnvironmentCreated",
+                   "capacityLimits": [{"capacityUnit": G5, "maxCapacity": 1}]}  # fmt: skip
+    log = [environment, *(f.model_dump(by_alias=True, mode="json") for f in facts)]
+    check_preemption_order(events, [{**fact, "_seq": seq} for seq, fact in enumerate(log, 1)], [])
 
 
 async def _until(condition) -> None:

@@ -10,11 +10,7 @@ import asyncio
 import json
 
 from quotasched.services.executors.simulated import SimulatedExecutor
-
-
-def dispatched(job_id: str, attempt: int = 1) -> dict:
-    return {"kind": "JobDispatched", "jobId": job_id, "attempt": attempt, "jobQueue": "q",
-            "quotaShareName": "qs1", "afterPreemptionOf": []}  # fmt: skip
+from tests.executor_facts import dispatched, status_changed, submitted
 
 
 async def test_a_termination_right_after_the_dispatch_does_not_block_the_executor():
@@ -26,12 +22,10 @@ async def test_a_termination_right_after_the_dispatch_does_not_block_the_executo
     executor = SimulatedExecutor(publish, speed=1000.0)
     try:
         for job_id in ("first", "second"):
-            await executor.on_fact({"kind": "JobSubmitted", "jobId": job_id,
-                                    "tags": {"duration": "1"}})  # fmt: skip
+            await executor.on_fact(submitted(job_id, {"duration": "1"}))
         async def dispatch_then_terminate() -> None:  # one handler after the other, no step between
             await executor.on_fact(dispatched("first"))
-            await executor.on_fact({"kind": "JobStatusChanged", "jobId": "first", "attempt": 1,
-                                    "status": "FAILED", "cause": "TERMINATED"})  # fmt: skip
+            await executor.on_fact(status_changed("first", 1, status="FAILED", cause="TERMINATED"))
 
         await asyncio.wait_for(dispatch_then_terminate(), 10.0)  # the handler is free again
         assert "first" not in executor.running

@@ -19,7 +19,8 @@ import pytest
 from quotasched.services.executors.base import LOST, VANISHED
 from quotasched.services.executors.ledger import Entry, Ledger, process_alive, process_started
 from quotasched.services.executors.process import GATE, NEVER_RAN, ProcessExecutor
-from tests.unit.test_executor_ledger import Reports, dispatched, listed, submitted
+from tests.executor_facts import dispatched, preempted, status_changed, submitted
+from tests.unit.test_executor_ledger import Reports, listed
 
 
 def job(pidfile: Path, then: str) -> str:
@@ -48,7 +49,7 @@ def alive(pid: int) -> bool:
 async def start(path: Path, reports: Reports, jobs: dict[str, str]) -> ProcessExecutor:
     executor = ProcessExecutor(reports, grace_s=2.0, ledger=Ledger(str(path)))
     for job_id, command in jobs.items():
-        await executor.on_fact(submitted(job_id, command=command))
+        await executor.on_fact(submitted(job_id, {"command": command}))
         await executor.on_fact(dispatched(job_id))
     return executor
 
@@ -66,7 +67,7 @@ async def left_running(path: Path, pidfile: Path, jobs: dict[str, str]) -> tuple
 async def restart(path: Path, reports: Reports, jobs: dict[str, str]) -> ProcessExecutor:
     executor = ProcessExecutor(reports, grace_s=2.0, ledger=Ledger(str(path)))
     for job_id, command in jobs.items():
-        executor.learn(submitted(job_id, command=command))  # what app.catch_up feeds it
+        executor.learn(submitted(job_id, {"command": command}))  # what app.catch_up feeds it
     await executor.recover()
     return executor
 
@@ -139,7 +140,7 @@ async def test_a_followed_job_is_preempted_like_one_this_executor_started(tmp_pa
     reports, pid = await left_running(path, pidfile, jobs)
     second = await restart(path, reports, jobs)
     try:
-        await second.on_fact({"kind": "JobPreempted", "jobId": "victim", "attempt": 1})
+        await second.on_fact(preempted("victim"))
         assert not alive(pid) and trapped.exists()
         assert [status for _, status, _ in reports.of("victim")] == ["STARTING", "RUNNING"]
         assert listed(path) == []
@@ -168,7 +169,7 @@ async def test_a_restart_never_runs_an_attempt_twice(tmp_path, delay):
     reports, _ = await left_running(path, pidfile, jobs)
     await asyncio.sleep(delay)
     second = ProcessExecutor(reports, grace_s=2.0, ledger=Ledger(str(path)))
-    second.learn(submitted("once", command=jobs["once"]))
+    second.learn(submitted("once", {"command": jobs["once"]}))
     await second.on_fact(dispatched("once"))  # redelivered before `recover`
     await second.recover()
     try:
@@ -192,7 +193,7 @@ async def test_a_restart_between_the_ledger_and_the_spawn_runs_nothing_and_repor
     reports = Reports()
     executor = ProcessExecutor(reports, grace_s=2.0, ledger=Ledger(str(path)))
     command = f"touch {marker}"
-    executor.learn(submitted("early", command=command))
+    executor.learn(submitted("early", {"command": command}))
     await executor.on_fact(dispatched("early"))  # redelivered: not started
     try:
         await executor.recover()
@@ -264,17 +265,17 @@ async def test_a_restart_in_the_middle_of_a_preemption_stops_the_victim_before_t
     reports = Reports()
     second = ProcessExecutor(reports, grace_s=5.0, ledger=Ledger(str(path)))
     for job_id, command in jobs.items():
-        second.learn(submitted(job_id, command=command))
+        second.learn(submitted(job_id, {"command": command}))
     # delivered once the broker starts, before `recover`: neither may act on its own
-    preempted = asyncio.create_task(
-        second.on_fact({"kind": "JobPreempted", "jobId": "victim", "attempt": 1}))
+    preemption = asyncio.create_task(
+        second.on_fact(preempted("victim", preemptor="preemptor")))
     dispatch = asyncio.create_task(
-        second.on_fact({**dispatched("preemptor"), "afterPreemptionOf": ["victim"]}))
+        second.on_fact(dispatched("preemptor", after=["victim"])))
     await asyncio.sleep(0.1)
     assert not preemptor_start.exists()
     try:
         await second.recover()
-        await asyncio.wait_for(asyncio.gather(preempted, dispatch), 15.0)
+        await asyncio.wait_for(asyncio.gather(preemption, dispatch), 15.0)
         await ended(second, "preemptor")
         assert not alive(pid)
         assert float(victim_end.read_text()) <= float(preemptor_start.read_text())
@@ -285,10 +286,10 @@ async def test_a_restart_in_the_middle_of_a_preemption_stops_the_victim_before_t
 
 
 @pytest.mark.parametrize("ending", [
-    {"kind": "JobPreempted", "outcome": "RUNNABLE"},
-    {"kind": "JobStatusChanged", "status": "FAILED", "cause": "TERMINATED"},
-    {"kind": "JobStatusChanged", "status": "SUCCEEDED", "cause": "REPORTED"},
-])  # fmt: skip
+    preempted("victim", 1, outcome="REQUEUED"),
+    status_changed("victim", 1, status="FAILED", cause="TERMINATED"),
+    status_changed("victim", 1, status="SUCCEEDED", cause="REPORTED"),
+], ids=["preempted", "terminated", "ended"])  # fmt: skip
 async def test_an_attempt_whose_end_the_caught_up_log_holds_is_stopped_not_followed(
         tmp_path, ending):  # fmt: skip
     """The previous executor was killed after the log said the attempt ended (a preemption
@@ -300,8 +301,8 @@ async def test_an_attempt_whose_end_the_caught_up_log_holds_is_stopped_not_follo
     reports, pid = await left_running(path, pidfile, jobs)
     executor = ProcessExecutor(reports, grace_s=2.0, ledger=Ledger(str(path)))
     try:
-        executor.learn(submitted("victim", command=jobs["victim"]))
-        executor.learn({**ending, "jobId": "victim", "attempt": 1})
+        executor.learn(submitted("victim", {"command": jobs["victim"]}))
+        executor.learn(ending)
         before = len(reports.sent)
         await executor.recover()
         assert "victim" not in executor.running
@@ -318,8 +319,8 @@ async def test_an_earlier_attempts_end_in_the_log_does_not_stop_the_running_one(
     reports, pid = await left_running(path, pidfile, jobs)
     executor = ProcessExecutor(reports, grace_s=2.0, ledger=Ledger(str(path)))
     try:
-        executor.learn(submitted("again", command=jobs["again"]))
-        executor.learn({"kind": "JobPreempted", "jobId": "again", "attempt": 0})
+        executor.learn(submitted("again", {"command": jobs["again"]}))
+        executor.learn(preempted("again", 0))
         await executor.recover()
         assert "again" in executor.running and alive(pid)
         go.touch()
