@@ -8,7 +8,8 @@ read off the state at each moment with the core's own arithmetic (`accounting.co
   and from whose idle capacity), preempted (by whom, which rule, every share's usage and limit
   right before, and why this job was the victim), requeued or failed, finished;
 - why it waited: after its submission and after every command that touched its job queue,
-  while it is RUNNABLE, the reason is derived again, and told whenever it changes: behind a
+  while it is RUNNABLE, the core's answer (`scheduler.core.waiting`, the one the web view,
+  the queue snapshot and the metric show) is asked again, and told whenever it changes: behind a
   higher-priority or earlier job of its share (naming the head, and why the head waits), a
   blocked head (the exact reason string), the share at its own limit and not allowed to borrow,
   the borrow ceiling reached, no idle lendable capacity in the other shares (naming them with
@@ -22,9 +23,10 @@ cites the command after which the state it describes held.  No I/O here: the cal
 the facts (a file, the bus, a replay).
 
 The package, by concept: `story` (gathering: folding the facts, telling what concerns the job,
-and rendering the story), `sentences` (the wording of each fact), `waiting` (why a job waits),
-`blockers` (the rules of dispatch it fails), `contexts` (usage and victims read right before a
-fact), `queue_options` (the group's cap and the borrowers' order).  This module is the public face: every name importers use is here.
+and rendering the story), `sentences` (the wording of each fact), `waiting` (why a job waits,
+as the core says it), `contexts` (usage and victims read right before a fact), `queue_options`
+(the borrowers a dispatch went before or passed over).  This module is the public face: every
+name importers use is here.
 """
 
 from quotasched.services.explain.story import (

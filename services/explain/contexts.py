@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from quotasched.events import facts as F
 from quotasched.events.values import PreemptionReason
-from quotasched.services.explain.blockers import _blockers
 from quotasched.services.explain.queue_options import went_before
-from quotasched.services.explain.sentences import _time
 from quotasched.services.scheduler.core import State
 from quotasched.services.scheduler.core.accounting import contribution
 from quotasched.services.scheduler.core.entities import Environment, Job, Queue
 from quotasched.services.scheduler.core.ordering import cross_share_victim_order, in_share_victim_order
+from quotasched.services.scheduler.core.waiting import blockers
+from quotasched.services.scheduler.core.waiting import moment as _time
 
 # -- contexts, read right before a fact --------------------------------------------------------
 
@@ -68,7 +68,7 @@ def _preemption_context(state: State, fact: F.JobPreempted, victims: list[F.JobP
     share = queue.shares[preemptor.share]
     environment = state.environments[queue.environment]
     units = {unit for unit, _ in preemptor.need}
-    blockers = _blockers(state, environment, queue, share, preemptor, preemption=False)
+    found = blockers(state, environment, queue, share, preemptor, preemption=False)
     chosen = {victim.job_id for victim in victims}
     if fact.reason is PreemptionReason.CROSS_SHARE_RECLAIM:
         over = [other for other in queue.shares.values() if other is not share
@@ -77,7 +77,7 @@ def _preemption_context(state: State, fact: F.JobPreempted, victims: list[F.JobP
                       if any(unit in units for unit, _ in job.need)]  # fmt: skip
         key, criteria = cross_share_victim_order(units), _CROSS_CRITERIA
         why = (f"{preemptor.job_id} (priority {preemptor.priority}) heads {share.name} and fits "
-               f"within its own limit, but {'; '.join(blockers) or 'there was no room'}; so the "
+               f"within its own limit, but {'; '.join(found) or 'there was no room'}; so the "
                f"capacity lent to shares over their limits "
                f"({', '.join(other.name for other in over)}) was reclaimed.")
         order = "borrowing jobs first, then lowest priority, then most recently dispatched"
@@ -87,7 +87,7 @@ def _preemption_context(state: State, fact: F.JobPreempted, victims: list[F.JobP
         key, criteria = in_share_victim_order(units), _IN_SHARE_CRITERIA
         why = (f"{preemptor.job_id} (priority {preemptor.priority}) heads {share.name}, where "
                f"in-share preemption is ENABLED, and could not be dispatched otherwise: "
-               f"{'; '.join(blockers) or 'there was no room'}; so {share.name}'s jobs of lower "
+               f"{'; '.join(found) or 'there was no room'}; so {share.name}'s jobs of lower "
                f"priority could be preempted.")
         order = "lowest priority first, then most recently dispatched"
     ranked = sorted(candidates, key=key)

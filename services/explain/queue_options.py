@@ -1,7 +1,9 @@
-"""A job queue's options beyond AWS (SetJobQueueOptions) in sentences: the order borrowers
-are served in (a share group lends inside first, then fair share, then first come, first
-served).  A share group's `maxCapacity` a borrower would exceed is a rule of dispatch: the
-core reports it (`accounting.Misfit`), blockers.py words it.
+"""A job queue's options beyond AWS (SetJobQueueOptions) in a job's story: the borrowers a
+dispatch went before, or was passed over for, and why (a share group lends inside first, then
+fair share, then first come, first served).  The order and its clauses are the core's
+(`scheduler.core.waiting`: `borrower_heads`, `order_clauses`), which also tells a waiting
+borrower its place; a share group's `maxCapacity` a borrower would exceed is a rule of
+dispatch (`accounting.Misfit`).
 
 The order is the core's own (`ordering.borrower_key`), and the values it tells are the core's
 (`fairshare.fair_value`, `decayed`, `lent_inside`) at the moment told, so what is said is what
@@ -13,96 +15,14 @@ from __future__ import annotations
 
 from quotasched.events import facts as F
 from quotasched.services.scheduler.core import State
-from quotasched.services.scheduler.core.accounting import within_own_limit
-from quotasched.services.scheduler.core.admission import blocked_reason
-from quotasched.services.scheduler.core.entities import Job, Queue, Share
-from quotasched.services.scheduler.core.fairshare import decayed, fair_value, lent_inside
-from quotasched.services.scheduler.core.ordering import borrower_key
-from quotasched.services.scheduler.core.passes import placeable
+from quotasched.services.scheduler.core.waiting import (
+    amount,
+    borrower_heads,
+    has_order_options,
+    order_clauses,
+)
 
-Pair = tuple[Share, Job]
-
-
-def has_order_options(queue: Queue) -> bool:
-    """Does the queue order its borrowers other than first come, first served?"""
-    return bool(queue.groups) or queue.half_life is not None
-
-
-def borrower_heads(state: State, queue: Queue, now: float) -> list[Pair]:
-    """The heads a scheduling pass would now treat as borrowers (passes._place_one step (b):
-    beyond their share's own limit, neither blocked for good nor refused by their own share's
-    configuration, `passes.placeable`), in the order the core serves them."""
-    environment = state.environments[queue.environment]
-    pairs = []
-    for share in queue.shares.values():
-        head = state.head(share)
-        if head is None or within_own_limit(share, head.need):
-            continue
-        if blocked_reason(environment, queue, share, head.need) is not None:
-            continue
-        if not placeable(share, head):
-            continue
-        pairs.append((share, head))
-    return sorted(pairs, key=borrower_key(queue, now))
-
-
-def order_clauses(queue: Queue, pairs: list[Pair], now: float) -> list[str]:
-    """The borrowers' order and what makes it, one clause per rule the queue has."""
-    clauses = ["borrowers are served in the order of the queue's options beyond AWS: "
-               + ", then ".join(f"{head.job_id} of {share.name}" for share, head in pairs)]
-    if queue.groups:
-        clauses.extend(_group_clauses(queue, pairs))
-    if queue.half_life is not None:
-        clauses.append(_fair_share_clause(queue, pairs, now))
-    return clauses
-
-
-def _group_clauses(queue: Queue, pairs: list[Pair]) -> list[str]:
-    """`group dept lends inside first: ...` for every group that lends all its borrower needs;
-    a sentence saying none does when no borrower is lent inside."""
-    inside: dict[str, list[str]] = {}
-    for share, head in pairs:
-        if lent_inside(queue, share, head):
-            inside.setdefault(queue.group_of[share.name], []).append(head.job_id)
-    if not inside:
-        return ["no share group's other members have idle capacity for all its borrower "
-                "needs, so no group lends inside first"]  # fmt: skip
-    return [f"group {group} lends inside first: its other members' idle lendable capacity "
-            f"covers all {' and '.join(ids)} would borrow"
-            for group, ids in inside.items()]  # fmt: skip
-
-
-def _fair_share_clause(queue: Queue, pairs: list[Pair], now: float) -> str:
-    values = []
-    for share, _ in pairs:
-        weight = queue.weights.get(share.name, 1)
-        values.append(f"share {share.name}'s decayed borrowing "
-                      f"{amount(decayed(queue, share, now))} instance-s / weight {weight} = "
-                      f"{amount(fair_value(queue, share, now))}")  # fmt: skip
-    ranked = [fair_value(queue, share, now) for share, _ in pairs]
-    ties = len(set(ranked)) < len(ranked)
-    return (f"idle capacity goes by fair share (half-life {queue.half_life} s), the least "
-            f"decayed borrowing per weight first: {', '.join(values)}"
-            + ("; equal values go first come, first served" if ties else ""))  # fmt: skip
-
-
-def amount(value: float) -> str:
-    """Instance-seconds without float noise: 40, 12.5, 0.013 (a tiny value keeps a digit)."""
-    if value == 0 or value >= 0.001:
-        return f"{value:.3f}".rstrip("0").rstrip(".")
-    return f"{value:.2g}"
-
-
-def waiting_order(state: State, queue: Queue, job: Job) -> tuple[tuple[str, ...], str] | None:
-    """For a head waiting to borrow alongside other borrowers under the queue's options: (the
-    order as job ids, which changes the story only when it changes; the clauses telling it)."""
-    if not has_order_options(queue):
-        return None
-    pairs = borrower_heads(state, queue, state.time)
-    order = tuple(head.job_id for _, head in pairs)
-    if len(order) < 2 or job.job_id not in order:
-        return None
-    return order, "; ".join(order_clauses(queue, pairs, state.time))
+__all__ = ["amount", "passed_over", "went_before"]
 
 
 def passed_over(state: State, fact: F.Fact, job_id: str) -> str | None:

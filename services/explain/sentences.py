@@ -4,7 +4,6 @@ the small formatters of times and capacity the sentences share."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
 
 from typing import Any
 
@@ -103,22 +102,6 @@ def _status_sentence(fact: F.JobStatusChanged, job_id: str) -> str:
         return f"{job_id} is RUNNABLE again: {how}{reason}."
     cause = fact.cause.value.lower()
     return f"{job_id} is {status.value} (attempt {fact.attempt}, {cause}){reason}."
-
-
-def when(at: float) -> str:
-    """An epoch time as an ISO timestamp (UTC); a small logical time (a replay file's) as t=…"""
-    return _time(at) if at >= 1e9 else f"t={_time(at)} s"
-
-
-def _time(at: float | None) -> str:
-    """A time in a sentence: an epoch time as an ISO timestamp (UTC, 2026-12-01T17:58:38Z); a
-    small logical time (a replay file's) in seconds without float noise: 3, 2.5."""
-    if at is None:
-        return "?"
-    if at >= 1e9:
-        stamp = datetime.fromtimestamp(at, timezone.utc).isoformat(timespec="seconds")
-        return stamp.replace("+00:00", "Z")
-    return f"{at:.3f}".rstrip("0").rstrip(".")
 
 
 def _units(items) -> str:

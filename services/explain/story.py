@@ -13,10 +13,12 @@ from quotasched.events import facts as F
 from quotasched.events.values import JobStatus
 from quotasched.services.explain.contexts import _dispatch_context, _preemption_context
 from quotasched.services.explain.queue_options import passed_over
-from quotasched.services.explain.sentences import _sentence, _time, when
+from quotasched.services.explain.sentences import _sentence
 from quotasched.services.explain.waiting import _waiting
 from quotasched.services.scheduler.core import State, evolve
 from quotasched.services.scheduler.core.entities import Job
+from quotasched.services.scheduler.core.waiting import moment as _time
+from quotasched.services.scheduler.core.waiting import when
 
 WAITING = "Waiting"  # the kind of an entry derived from the state, not a fact of its own
 

@@ -1,6 +1,7 @@
 """The gauges computed from a scheduler's state at scrape time: every share's limit, usage,
-borrowed and lent instances, its configuration, its jobs by status, and each queue's capacity.
-Pure reads of the state; the job count can hand the event loop back between slices."""
+borrowed and lent instances, its configuration, its jobs by status, its waiting jobs by the
+reason the core gives (`scheduler.core.waiting`), and each queue's capacity.  Pure reads of
+the state; the job count can hand the event loop back between slices."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from prometheus_client.core import GaugeMetricFamily
 from quotasched.events.values import JobStatus
 from quotasched.services.scheduler.core.accounting import contribution
 from quotasched.services.scheduler.core.state import State
+from quotasched.services.scheduler.core.waiting import behind_code, waiting
 
 SCAN_CHUNK = 5_000  # queued jobs checked between two turns of the writer's event loop
 QUEUED_STATUSES = (JobStatus.RUNNABLE, JobStatus.SCHEDULED, JobStatus.STARTING, JobStatus.RUNNING)
@@ -46,15 +48,36 @@ def share_figures(state: State) -> list[tuple[str, str, str, int, int, int, floa
 
 
 def jobs_by_status(state: State) -> dict[tuple[str, str], Counter]:
-    """(queue, share) -> jobs per queued or dispatched status.  Reads the shares' heaps and
-    dispatched jobs, not the whole job table: cost follows the live jobs, not the history."""
+    """(queue, share) -> jobs per queued or dispatched status, and the RUNNABLE ones per reason
+    they wait (keys `("reason", code)`).  Reads the shares' heaps and dispatched jobs, not the
+    whole job table: cost follows the live jobs, not the history."""
     result: dict[tuple[str, str], Counter] = {}
     for queue in state.queues.values():
         for share in queue.shares.values():
             counts = Counter(job.status for job in share.dispatched.values())
-            counts[JobStatus.RUNNABLE] = len(_waiting(state.jobs, share.heap, set()))
+            runnable = _waiting(state.jobs, share.heap, set())
+            counts[JobStatus.RUNNABLE] = len(runnable)
+            counts.update(_reasons(state, share, runnable))
             result[(queue.name, share.name)] = counts
     return result
+
+
+def _reasons(state: State, share, runnable: set[str]) -> Counter:
+    """The share's RUNNABLE jobs per reason they wait: the head's as `waiting` gives it, the
+    others' behind it (`behind_code`), keyed `("reason", code)`."""
+    head = state.peek(share)
+    if head is None:
+        return Counter()
+    told = waiting(state, head)
+    disabled = told.code == "environment_disabled"
+    blocked = told.blocked is not None
+    jobs = state.jobs
+    counts: Counter = Counter({("reason", told.code): 1})
+    for job_id in runnable:
+        job = jobs.get(job_id)
+        if job is not None and job is not head:
+            counts[("reason", behind_code(head, job, blocked, disabled))] += 1
+    return counts
 
 
 async def jobs_by_status_yielding(state: State, chunk: int = SCAN_CHUNK) -> dict:
@@ -67,12 +90,13 @@ async def jobs_by_status_yielding(state: State, chunk: int = SCAN_CHUNK) -> dict
         for share in list(queue.shares.values()):
             counts = Counter(job.status for job in share.dispatched.values())
             entries = list(share.heap)
-            waiting: set[str] = set()
+            runnable: set[str] = set()
             for start in range(0, len(entries), chunk):
                 if start:
                     await asyncio.sleep(0)
-                _waiting(state.jobs, entries[start:start + chunk], waiting)
-            counts[JobStatus.RUNNABLE] = len(waiting)
+                _waiting(state.jobs, entries[start:start + chunk], runnable)
+            counts[JobStatus.RUNNABLE] = len(runnable)
+            counts.update(_reasons(state, share, runnable))
             result[(queue.name, share.name)] = counts
     return result
 
@@ -121,9 +145,16 @@ def state_families(state: State, job_counts: dict[tuple[str, str], Counter] | No
         labels=["job_queue", "quota_share", "status"])  # fmt: skip
     if job_counts is None:
         job_counts = jobs_by_status(state)
+    reasons = GaugeMetricFamily(
+        "quotasched_jobs_waiting",
+        "RUNNABLE jobs of the share by why they wait, as the scheduler's core says it (the "
+        "reason explain and the web view tell; codes in docs/metrics.md).",
+        labels=["job_queue", "quota_share", "reason"])  # fmt: skip
     for (queue, share), counts in job_counts.items():
         for status in QUEUED_STATUSES:
             jobs.add_metric([queue, share, status.value], counts.get(status, 0))
+        for key, count in sorted((k, n) for k, n in counts.items() if isinstance(k, tuple)):
+            reasons.add_metric([queue, share, key[1]], count)
     capacity = GaugeMetricFamily(
         "quotasched_queue_capacity",
         "maxCapacity of the job queue's service environment, per capacity unit.",
@@ -133,4 +164,4 @@ def state_families(state: State, job_counts: dict[tuple[str, str], Counter] | No
         if environment is not None:
             for unit, quantity in sorted(environment.capacity.items()):
                 capacity.add_metric([queue.name, unit], quantity)
-    return [limit, usage, borrowed, lent, info, jobs, capacity]
+    return [limit, usage, borrowed, lent, info, jobs, reasons, capacity]

@@ -17,6 +17,7 @@ from quotasched.events.subjects import ANY, API_PREFIX
 from quotasched.events.values import JobQueueOptions
 from quotasched.services.scheduler.core.entities import Job
 from quotasched.services.scheduler.core.state import State
+from quotasched.services.scheduler.core.waiting import waiting
 from quotasched.services.scheduler.partition import Partition
 from quotasched.services.scheduler.reads import ReadIndex, select
 
@@ -327,10 +328,11 @@ def get_job_queue_snapshot(state: State, request: dict) -> dict[str, Any]:
     fronts = {}
     runnable = []
     for share in queue.shares.values():
-        head = state_head(state, share)
+        head = state.peek(share)
         fronts[share.name] = [] if head is None else [
-            {"jobArn": job_arn(head.job_id), "earliestTimeAtPosition": _ms(head.created_at)}
-        ]
+            {"jobArn": job_arn(head.job_id), "earliestTimeAtPosition": _ms(head.created_at),
+             "waitingReason": waiting_reason(state, head)}
+        ]  # fmt: skip
     for job in state.jobs.values():
         if job.queue == queue_name and job.status.value == "RUNNABLE":
             runnable.append(job)
@@ -353,16 +355,12 @@ def get_job_queue_snapshot(state: State, request: dict) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def state_head(state: State, share) -> Job | None:
-    """The share's head without touching the heap (readers must not mutate state)."""
-    best = None
-    for priority, seq, job_id in share.heap:
-        job = state.jobs.get(job_id)
-        if job is None or job.status.value != "RUNNABLE" or (-job.priority, job.seq) != (priority, seq):
-            continue
-        if best is None or (priority, seq) < (-best.priority, best.seq):
-            best = job
-    return best
+def waiting_reason(state: State, job: Job) -> dict[str, str]:
+    """Why a RUNNABLE job waits, as the core says it (`core.waiting`): `code` (the metric's
+    `reason` label) and `message`, the sentence `quotasched explain` tells.  An addition to
+    AWS's shapes, which AWS clients ignore."""
+    found = waiting(state, job)
+    return {"code": found.code, "message": found.text}
 
 
 def _share_detail(queue_name: str, share) -> dict[str, Any]:

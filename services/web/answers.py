@@ -74,13 +74,16 @@ def share_rows(shares: list[dict]) -> tuple[list[str], list[dict]]:
 
 
 async def queue(bus, name: str) -> dict[str, Any]:
-    """A job queue's shares (usage against limits, borrowed, lent) and heads (why they wait)."""
+    """A job queue's shares (usage against limits, borrowed, lent) and heads, with why each
+    waits as the scheduler's core says it (the snapshot's `waitingReason`, what `quotasched
+    explain` tells)."""
     shares, snapshot = await asyncio.gather(
         bus.request("list-quota-shares", jobQueue=name),
         bus.request("get-job-queue-snapshot", jobQueue=name))  # fmt: skip
     units, rows = share_rows(shares["quotaShares"])
     fronts = snapshot["frontOfQuotaShares"]["quotaShares"]
     head_ids = {share: jobs[0]["jobArn"].rsplit("/", 1)[-1] for share, jobs in fronts.items() if jobs}
+    reasons = {share: jobs[0].get("waitingReason") or {} for share, jobs in fronts.items() if jobs}
     described = await asyncio.gather(
         *(bus.request("describe-service-job", jobId=job_id, jobQueue=name)
           for job_id in head_ids.values()), return_exceptions=True)  # fmt: skip
@@ -91,7 +94,8 @@ async def queue(bus, name: str) -> dict[str, Any]:
         heads.append({"quotaShareName": share, "jobId": job_id, "jobName": job["jobName"],
                       "schedulingPriority": job["schedulingPriority"],
                       "status": job["status"], "createdAt": job["createdAt"],
-                      "blockedReason": job.get("statusReason")})  # fmt: skip
+                      "waitingCode": reasons[share].get("code"),
+                      "waitingReason": reasons[share].get("message")})  # fmt: skip
     return {"jobQueue": name, "units": units, "shares": rows, "heads": heads,
             "runnable": len(snapshot["frontOfQueue"]["jobs"]),
             "totalCapacityUsage": snapshot["queueUtilization"]["totalCapacityUsage"]}  # fmt: skip

@@ -4,7 +4,7 @@
     GET /static/...                      its script, style and vendored Chart.js
     GET /api/queues                      {"jobQueues": [...], "position": last fact seen}
     GET /api/queue?name=Q                shares (per unit: limit, inUse, borrowed, lent, ...)
-                                         and heads with their blocked reasons
+                                         and heads with why each waits (the core's reason)
     GET /api/activity?name=Q             recent dispatches and preemptions (from the log)
     GET /api/job?id=J                    describe-service-job and the job's story (explain); J
                                          may be a job name

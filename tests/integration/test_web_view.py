@@ -114,6 +114,17 @@ async def test_the_web_view_answers_what_the_scheduler_answers_and_pushes_facts(
                      for share, jobs in snapshot["frontOfQuotaShares"]["quotaShares"].items()
                      if jobs}  # fmt: skip
             assert {h["quotaShareName"]: h["jobId"] for h in view["heads"]} == heads == {"qs1": "high"}
+            # by hand: low runs in qs1 at its limit, b1 took qs2's instance back and qs3 is
+            # RESERVE, so high could only borrow and nothing is idle to lend
+            head = view["heads"][0]
+            assert head["waitingCode"] == "no_idle_lendable", head
+            assert "no idle lendable capacity in other shares" in head["waitingReason"], head
+            # the page, the snapshot and explain tell the same reason (the core's)
+            told = await get(session, f"{web}/api/job?id=high")
+            waits = [e["sentence"] for e in told["story"] if e["kind"] == "Waiting"]
+            assert waits and head["waitingReason"] == waits[-1], (head, waits)
+            front = snapshot["frontOfQuotaShares"]["quotaShares"]["qs1"][0]["waitingReason"]
+            assert front == {"code": head["waitingCode"], "message": head["waitingReason"]}
 
             activity = await get(session, f"{web}/api/activity?name=q")
             kinds = [e["kind"] for e in activity["events"]]
@@ -231,10 +242,14 @@ async def test_the_page_shows_the_shares_and_updates_live_in_a_headless_browser(
         pytest.skip("NO HEADLESS CHROMIUM: the page itself was not rendered (install chromium "
                     "or set QUOTASCHED_CHROMIUM); its JSON and event stream were tested")
     nats, web = stack
+    async with aiohttp.ClientSession() as session:  # why high waits, as explain tells it
+        told = await get(session, f"{web}/api/job?id=high")
+    reason = [e["sentence"] for e in told["story"] if e["kind"] == "Waiting"][-1]
     async with Browser(browser, tmp_path / "profile") as chromium:
         page = await chromium.open(f"{web}/?job=med")
         await chromium.until(page, lambda text: all(f"qs{n}" in text for n in (1, 2, 3))
-                             and "The story of job med" in text, "the shares and med's story")
+                             and "The story of job med" in text and reason in text,
+                             f"the shares, med's story and why high waits: {reason}")  # fmt: skip
         async with Bus(nats) as bus:
             await bus.submit_and_wait({
                 "kind": "SubmitServiceJob", "jobId": "live-one", "jobName": "live-one",

@@ -96,7 +96,10 @@ def test_jobs_by_status_matches_a_scan_of_every_job_despite_stale_heap_entries()
     got = jobs_by_status(c.state)
     expected = brute_force_jobs(c)
     for share in set(got) | set(expected):
-        assert +got.get(share, Counter()) == expected.get(share, Counter()), share
+        statuses = Counter({k: n for k, n in got.get(share, Counter()).items() if isinstance(k, JobStatus)})
+        assert +statuses == expected.get(share, Counter()), share
+        waiting = sum(n for k, n in got.get(share, Counter()).items() if isinstance(k, tuple))
+        assert waiting == expected.get(share, Counter())[JobStatus.RUNNABLE], share  # by reason
     assert asyncio.run(jobs_by_status_yielding(c.state, chunk=2)) == got  # in small slices
     assert got[("q", "res")][JobStatus.RUNNABLE] == 4
     assert got[("q", "res")][JobStatus.SCHEDULED] == 1
@@ -194,6 +197,33 @@ def test_state_gauges_in_the_text_format():
     assert got[key("quotasched_queue_capacity", job_queue="q", capacity_unit=G5)] == 3
     assert got[key("quotasched_share_info", job_queue="q", quota_share="qs3", state="ENABLED",
                    strategy="RESERVE")] == 1  # fmt: skip
+    # by hand: low would borrow, qs2's idle instance is lent to med and qs3 is RESERVE
+    waiting = "quotasched_jobs_waiting"
+    assert got[key(waiting, job_queue="q", quota_share="qs1", reason="no_idle_lendable")] == 1
+    assert [k for k in got if k[0] == waiting] == [key(waiting, job_queue="q", quota_share="qs1",
+                                                       reason="no_idle_lendable")]  # fmt: skip
+
+
+def test_waiting_jobs_are_counted_by_the_reason_they_wait():
+    c = Cluster.notebook()
+    c.submit("high", "qs1", priority=3)
+    c.submit("med", "qs1", priority=2)
+    c.submit("low", "qs1", priority=1)  # the head: nothing left to borrow
+    c.submit("lower", "qs1", priority=0)  # behind low, of a higher priority
+    c.submit("later", "qs1", priority=1)  # behind low, of its priority, submitted after it
+    c.submit("also-later", "qs1", priority=1)
+    c.send(json.dumps({"at": 9, "kind": "UpdateServiceEnvironment", "serviceEnvironment": "se",
+                       "state": "DISABLED"}))  # fmt: skip
+    got = samples(state_families(c.state))
+    reasons = {dict(k[1])["reason"]: v for k, v in got.items() if k[0] == "quotasched_jobs_waiting"}
+    assert reasons == {"environment_disabled": 4}
+    c.send(json.dumps({"at": 10, "kind": "UpdateServiceEnvironment", "serviceEnvironment": "se",
+                       "state": "ENABLED"}))  # fmt: skip
+    got = samples(state_families(c.state))
+    reasons = {dict(k[1])["reason"]: v for k, v in got.items() if k[0] == "quotasched_jobs_waiting"}
+    assert reasons == {"no_idle_lendable": 1, "behind_higher_priority": 1, "behind_earlier": 2}
+    assert sum(reasons.values()) == got[key("quotasched_share_jobs", job_queue="q",
+                                            quota_share="qs1", status="RUNNABLE")]  # fmt: skip
 
 
 def test_histogram_buckets_are_cumulative_with_le_semantics():

@@ -230,6 +230,27 @@ class State:
             self.pop(heap)
         return None
 
+    def peek(self, share: Share) -> Job | None:
+        """The share's head, as `head` finds it, without touching the heap: what a reader
+        asks (a read must not change the state it reads).  Usually the heap's first entry;
+        past stale entries it looks at every entry."""
+        heap = share.heap
+        jobs = self.jobs
+        if not heap:
+            return None
+        priority, seq, job_id = heap[0]
+        job = jobs.get(job_id)
+        if job is not None and job.status is JobStatus.RUNNABLE and job.priority == -priority and job.seq == seq:
+            return job
+        best: Job | None = None
+        for priority, seq, job_id in heap:
+            job = jobs.get(job_id)
+            if job is None or job.status is not JobStatus.RUNNABLE or job.priority != -priority or job.seq != seq:
+                continue
+            if best is None or (priority, seq) < (-best.priority, best.seq):
+                best = job
+        return best
+
     def new_epoch(self, queue: Queue) -> None:
         """The queue's configuration changed: cached admission results no longer hold."""
         self.epochs += 1

@@ -105,7 +105,7 @@ async function loadQueue() {
     cell(row, head.jobName === head.jobId ? head.jobId : `${head.jobName} (${head.jobId})`);
     cell(row, head.schedulingPriority);
     cell(row, head.status);
-    cell(row, head.blockedReason || "not blocked: waits for capacity or its turn (see its story)");
+    cell(row, head.waitingReason || "");
   }
   if (!answer.heads.length) cell(heads.insertRow(), "no job waits at the head of any share");
 }
