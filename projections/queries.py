@@ -333,12 +333,17 @@ def get_job_queue_snapshot(con, request: dict) -> dict[str, Any]:
     def position(job_id: str, at: float) -> dict[str, Any]:
         return {"jobArn": f"{ARN}:job/{job_id}", "earliestTimeAtPosition": _ms(at)}
 
+    # as of the last fact applied (the scheduler's answer is as of its last command)
+    last_at = con.execute("SELECT last_at FROM projection_state").fetchone()[0]
+    updated = _ms(last_at or 0.0)
     return {
-        "frontOfQueue": {"jobs": [position(job_id, at) for job_id, at in front]},
+        "frontOfQueue": {"jobs": [position(job_id, at) for job_id, at in front],
+                         "lastUpdatedAt": updated},
         "frontOfQuotaShares": {"quotaShares": {
             share: [position(*heads[share])] if share in heads else [] for share in shares
-        }},
+        }, "lastUpdatedAt": updated},
         "queueUtilization": {
+            "lastUpdatedAt": updated,
             "totalCapacityUsage": [{"capacityUnit": u, "quantity": float(n)}
                                    for u, n in total_use],
             "quotaShareUtilization": {"topCapacityUtilization": [

@@ -15,11 +15,18 @@ from typing import Annotated, NoReturn, Optional
 
 import typer
 
-from quotasched.services.cli.services_cli import (NatsUrl, PassEnv, RequireContainment, RunAs,
-                                                  StopJobs,
+from quotasched.services.cli.services_cli import (PassEnv, RequireContainment, RunAs, StopJobs,
                                                   WorkDir, _settings, check_attempt_file,
                                                   job_user_of, pass_env_names,
                                                   say_containment)  # fmt: skip
+
+# The agent joins a fleet: unlike `up`, it never starts a server of its own.
+FleetNatsUrl = Annotated[Optional[str], typer.Option(
+    "--nats-url", envvar="QUOTASCHED_NATS_URL", show_default=False,
+    help="The NATS server or cluster the scheduler and the fleet share (required).")]
+LogsNatsUrl = Annotated[Optional[str], typer.Option(
+    "--nats-url", envvar="QUOTASCHED_NATS_URL", show_default=False,
+    help="Also ask the fleet which host placed the job when no log is here (optional).")]
 
 
 def register(app: typer.Typer) -> None:
@@ -69,7 +76,7 @@ ServiceEnvironment = Annotated[Optional[str], typer.Option(
 
 
 def agent_command(
-    nats_url: NatsUrl = None,
+    nats_url: FleetNatsUrl = None,
     gpus: Gpus = None,
     capacity_unit: CapacityUnit = None,
     service_environment: ServiceEnvironment = None,
@@ -139,7 +146,7 @@ def logs_command(
     attempt: Annotated[Optional[int], typer.Option("--attempt", help="Which attempt (default: the latest with a log here).", show_default=False)] = None,
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing as the attempt writes, until it ends.")] = False,
     logs_dir: Annotated[Path, typer.Option("--logs-dir", envvar="QUOTASCHED_AGENT_LOGS_DIR", help="The agent's --logs-dir.")] = Path(".quotasched/logs"),
-    nats_url: NatsUrl = None,
+    nats_url: LogsNatsUrl = None,
 ) -> None:
     """Print an attempt's output (stdout and stderr), as the GPU agent that ran it wrote it.
 

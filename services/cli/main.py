@@ -110,7 +110,7 @@ def demo(
         Optional[Path], typer.Option(help="With --offline: command file to narrate (default: the notebook story).")
     ] = None,
     serve: Annotated[bool, typer.Option("--serve", help="After the story, keep the stack and its AWS Batch endpoint up until Ctrl-C.")] = False,
-    executor: Annotated[str, typer.Option("--executor", help="simulated, or agent: the GPU-host agent on fake GPUs 0,1,2, each job a real process on its own GPU.")] = "simulated",
+    executor: Annotated[str, typer.Option("--executor", autocompletion=services_cli.offer("simulated", "agent"), help="simulated, or agent: the GPU-host agent on fake GPUs 0,1,2, each job a real process on its own GPU.")] = "simulated",
 ) -> None:
     """The official notebook's story, live: borrow, cross-share reclaim, in-share preemption.
 

@@ -25,6 +25,19 @@ def register(app: typer.Typer) -> None:
     app.command("projector")(projector_command)
 
 
+UP_EXECUTORS = ("simulated", "process", "sagemaker", "agent", "none")  # `up --executor`
+EXECUTOR_KINDS = ("simulated", "process", "sagemaker")  # `executor --kind`
+
+
+def offer(*values: str):
+    """Shell completion for an option that takes one of `values` (`--install-completion`)."""
+
+    def complete(incomplete: str) -> list[str]:
+        return [value for value in values if value.startswith(incomplete)]
+
+    return complete
+
+
 NatsUrl = Annotated[
     Optional[str],
     typer.Option("--nats-url", envvar="QUOTASCHED_NATS_URL",
@@ -150,7 +163,7 @@ def up(
     nats_url: NatsUrl = None,
     data_dir: Annotated[Path, typer.Option("--data-dir", help="Where the embedded server keeps its streams.")] = Path(".quotasched"),
     port: Annotated[Optional[int], typer.Option("--port", help="Port of the embedded server (default: a free one).")] = None,
-    executor: Annotated[str, typer.Option("--executor", help="simulated, process, sagemaker, agent (this host's GPUs: --gpus, --capacity-unit, --service-environment) or none")] = "simulated",
+    executor: Annotated[str, typer.Option("--executor", autocompletion=offer(*UP_EXECUTORS), help="simulated, process, sagemaker, agent (this host's GPUs: --gpus, --capacity-unit, --service-environment) or none")] = "simulated",
     speed: Annotated[float, typer.Option("--speed", help="Simulated executor: time speed-up factor.")] = 1.0,
     db: Annotated[Optional[Path], typer.Option("--db", help="The projector's DuckDB file (default: <data-dir>/quotasched.duckdb).")] = None,
     no_projector: Annotated[bool, typer.Option("--no-projector", help="Do not run the projector.")] = False,
@@ -195,7 +208,7 @@ def up(
     from quotasched.services.endpoint.server import EndpointError
     from quotasched.services.web import WebError
 
-    if executor not in ("simulated", "process", "sagemaker", "agent", "none"):
+    if executor not in UP_EXECUTORS:
         typer.echo("quotasched up: --executor must be simulated, process, sagemaker, agent or "
                    "none", err=True)  # fmt: skip
         raise typer.Exit(2)
@@ -346,7 +359,7 @@ def scheduler(
 def executor_command(
     nats_url: NatsUrl = None,
     kind: Annotated[str, typer.Option(
-        "--kind", help="simulated, process or sagemaker (a SageMaker training job per attempt; "
+        "--kind", autocompletion=offer(*EXECUTOR_KINDS), help="simulated, process or sagemaker (a SageMaker training job per attempt; "
                        "docs/executors.md)")] = "simulated",
     speed: Annotated[float, typer.Option(help="Simulated executor: time speed-up factor.")] = 1.0,
     name: Annotated[Optional[str], typer.Option(
@@ -384,7 +397,7 @@ def executor_command(
     if nats_url is None:
         typer.echo("quotasched executor: --nats-url (or QUOTASCHED_NATS_URL) is required", err=True)
         raise typer.Exit(2)
-    if kind not in ("simulated", "process", "sagemaker"):
+    if kind not in EXECUTOR_KINDS:
         typer.echo(f"quotasched executor: --kind {kind}: simulated, process or sagemaker", err=True)
         raise typer.Exit(2)
     if job_queue is not None and not re.fullmatch(NAME_PATTERN, job_queue):

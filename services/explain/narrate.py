@@ -49,7 +49,7 @@ def sentence(fact: F.Fact) -> str:
             borrow = f", borrowLimit {sharing.borrow_limit}" if sharing.borrow_limit is not None else ""
             return (f"quota share {fact.quota_share_name} {verb}: {sharing.strategy.value}{borrow}, "
                     f"limits {_limits(fact.capacity_limits)}, in-share preemption "
-                    f"{fact.preemption_configuration.in_share_preemption.value}, {fact.state.value}")
+                    f"{fact.preemption_configuration.in_share_preemption.value}, state {fact.state.value}")
         case F.QuotaShareDeleted():
             return f"quota share {fact.quota_share_name} deleted"
         case F.QuotaShareOptionsSet():

@@ -337,12 +337,14 @@ def get_job_queue_snapshot(state: State, request: dict) -> dict[str, Any]:
         if job.queue == queue_name and job.status.value == "RUNNABLE":
             runnable.append(job)
     runnable.sort(key=lambda job: (-job.priority, job.seq))
+    updated = _ms(state.time)  # as of the last command decided (the scheduler's clock)
     return {
         "frontOfQueue": {"jobs": [{"jobArn": job_arn(job.job_id),
                                    "earliestTimeAtPosition": _ms(job.created_at)}
-                                  for job in runnable[:100]]},
-        "frontOfQuotaShares": {"quotaShares": fronts},
+                                  for job in runnable[:100]], "lastUpdatedAt": updated},
+        "frontOfQuotaShares": {"quotaShares": fronts, "lastUpdatedAt": updated},
         "queueUtilization": {
+            "lastUpdatedAt": updated,
             "totalCapacityUsage": [{"capacityUnit": u, "quantity": float(n)}
                                    for u, n in sorted(queue.usage.items()) if n],
             "quotaShareUtilization": {"topCapacityUtilization": [

@@ -226,10 +226,17 @@ def test_the_same_story_through_boto3_with_its_paginator(endpoint):
         filters=[{"name": "QUOTA_SHARE_NAME", "values": ["qs1"]}])["jobSummaryList"]
     assert [job["jobId"] for job in share_jobs] == [ids["low"]]
     assert batch.describe_service_job(jobId=ids["med"])["status"] == "SCHEDULED"
-    assert batch.get_job_queue_snapshot(jobQueue=q)["frontOfQuotaShares"]["quotaShares"] == {
+    snapshot = batch.get_job_queue_snapshot(jobQueue=q)
+    created = batch.describe_service_job(jobId=ids["low"])["createdAt"]
+    assert snapshot["frontOfQuotaShares"]["quotaShares"] == {
         "qs1": [{"jobArn": f"arn:aws:batch:local:000000000000:job/{ids['low']}",
-                 "earliestTimeAtPosition": batch.describe_service_job(jobId=ids["low"])["createdAt"]}],
+                 "earliestTimeAtPosition": created}],
         "qs2": [], "qs3": []}  # fmt: skip
+    # each part's lastUpdatedAt (epoch ms, as boto3 parses the model's Long): as of the
+    # scheduler's last command, after low's submission and not after now
+    updated = {snapshot[part]["lastUpdatedAt"]
+               for part in ("frontOfQueue", "frontOfQuotaShares", "queueUtilization")}
+    assert len(updated) == 1 and created <= updated.pop() <= time.time() * 1000
 
     # qs3 stops reserving: it lends its idle instance, and low (qs1) is scheduled on it
     batch.update_quota_share(quotaShareArn=arns["qs3"],

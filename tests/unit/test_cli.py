@@ -498,3 +498,27 @@ def test_help_text_is_reflowed_not_broken_where_the_source_line_was():
     assert "Ctrl-C stops it all cleanly" in shown
     listing = run("--help", env={"COLUMNS": "200"}).stdout.decode()
     assert "the scheduler, the projector and an executor." in listing  # one line in the list
+
+
+def test_demo_offline_labels_each_share_value_it_narrates():
+    """`demo --offline` said "in-share preemption ENABLED, ENABLED": the second is the share's
+    state, and says so."""
+    result = run("demo", "--offline", env={"COLUMNS": "200"})
+    assert result.returncode == 0, result.stderr.decode()
+    text = result.stdout.decode()
+    assert "quota share qs1 created: LEND_AND_BORROW, borrowLimit 200, limits 1 x ml.g5.xlarge, " \
+           "in-share preemption ENABLED, state ENABLED" in text, text
+    assert "ENABLED, ENABLED" not in text and "DISABLED, ENABLED" not in text
+
+
+def test_the_agent_help_says_its_nats_url_is_required_and_never_embedded():
+    """The agent joins the scheduler's bus; `up` is what starts an embedded server."""
+    for command, word in (("agent", "(required)"), ("logs", "(optional)")):
+        result = run(command, "--help", env={"COLUMNS": "200"})
+        assert result.returncode == 0, result.stderr.decode()
+        line = next(line for line in result.stdout.decode().splitlines()
+                    if line.lstrip("│ ").startswith("--nats-url"))  # the option's row
+        assert word in line and "embedded" not in line, line
+    refused = run("agent", "--gpus", "0", env={"QUOTASCHED_NATS_URL": ""})
+    assert refused.returncode != 0
+    assert b"--nats-url (or QUOTASCHED_NATS_URL) is required" in refused.stderr

@@ -26,7 +26,7 @@ def test_every_package_of_the_tree_is_listed_under_the_namespace():
     for folder, name in PARTS.items():
         for path in (ROOT / folder).rglob("*"):
             if path.is_dir() and "__pycache__" not in path.parts and "_native" not in path.name \
-                    and (any(path.glob("*.py")) or folder == "examples"):  # fmt: skip
+                    and any(p.is_file() for p in path.iterdir()):  # fmt: skip (code or data)
                 in_tree.add(".".join([name, *path.relative_to(ROOT / folder).parts]))
         in_tree.add(name)
     assert listed == in_tree
@@ -41,11 +41,12 @@ def wheel(tmp_path_factory) -> Path:
         shutil.copy2(ROOT / name, source / name)
     for name in ("quotasched", *PARTS):
         shutil.copytree(ROOT / name, source / name, ignore=ignore)
-    done = subprocess.run([sys.executable, "-m", "pip", "wheel", str(source), "--no-deps",
+    done = subprocess.run([sys.executable, "-m", "pip", "wheel", "-v", str(source), "--no-deps",
                            "--no-build-isolation", "--wheel-dir", str(out)],
                           capture_output=True, text=True, timeout=600)  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "License classifiers are deprecated" not in done.stderr
+    assert "Warning" not in done.stdout + done.stderr, done.stdout[-3000:] + done.stderr[-3000:]
     assert "project.license` as a TOML table is deprecated" not in done.stderr
     [built] = out.glob("quotasched-*.whl")
     return built
@@ -107,3 +108,21 @@ def test_shell_completion_is_offered():
     done = subprocess.run([str(Path(sys.executable).parent / "quotasched"), "--help"],
                           capture_output=True, text=True)  # fmt: skip
     assert "--install-completion" in done.stdout and "--version" in done.stdout
+
+
+@pytest.mark.parametrize("words, offered", [
+    ("up --executor ", "simulated process sagemaker agent none"),
+    ("up --executor a", "agent"),
+    ("executor --kind ", "simulated process sagemaker"),
+    ("demo --executor ", "simulated agent"),
+])  # fmt: skip
+def test_shell_completion_offers_the_executors(words, offered):
+    """What bash completion (`--install-completion`) offers after the option, by asking the
+    CLI as the installed completion script does."""
+    line = f"quotasched {words}"
+    env = {**os.environ, "_QUOTASCHED_COMPLETE": "complete_bash", "COMP_WORDS": line,
+           "COMP_CWORD": str(len(line.split()) - (0 if line.endswith(" ") else 1))}  # fmt: skip
+    done = subprocess.run([str(Path(sys.executable).parent / "quotasched")], env=env,
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == offered.split()
