@@ -145,13 +145,16 @@ def logs_command(
     job_id: Annotated[str, typer.Argument(help="The job's id.")],
     attempt: Annotated[Optional[int], typer.Option("--attempt", help="Which attempt (default: the latest with a log here).", show_default=False)] = None,
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing as the attempt writes, until it ends.")] = False,
-    logs_dir: Annotated[Path, typer.Option("--logs-dir", envvar="QUOTASCHED_AGENT_LOGS_DIR", help="The agent's --logs-dir.")] = Path(".quotasched/logs"),
+    logs_dir: Annotated[Optional[Path], typer.Option("--logs-dir", envvar="QUOTASCHED_AGENT_LOGS_DIR", help="The agent's --logs-dir.", show_default=False)] = None,
+    data_dir: Annotated[Optional[Path], typer.Option("--data-dir", help="Or the `up --data-dir` whose agent (`up --executor agent`) ran it: its logs are in <data-dir>/logs.", show_default=False)] = None,
     nats_url: LogsNatsUrl = None,
 ) -> None:
     """Print an attempt's output (stdout and stderr), as the GPU agent that ran it wrote it.
 
-    Reads the agent's logs directory, so run it on the host that ran the attempt (or where
-    that directory is shared). Exit status 1: no log for that job (or attempt) here; with
+    JOB_ID is the job's id, or its name with --nats-url (the scheduler says which job has
+    it). Reads the agent's logs directory (--logs-dir, or <--data-dir>/logs, default
+    .quotasched/logs: `up`'s own), so run it on the host that ran the attempt (or where that
+    directory is shared). Exit status 1: no log for that job (or attempt) here; with
     --nats-url (or QUOTASCHED_NATS_URL) it then says which host placed each of the job's
     attempts, from the fleet's claims.
     """
@@ -162,6 +165,12 @@ def logs_command(
         typer.echo(f"quotasched logs: {job_id!r} is not a job id (no job's log directory is "
                    "empty, '.', '..' or holds '/')", err=True)  # fmt: skip
         raise typer.Exit(2)
+    if logs_dir is not None and data_dir is not None:
+        typer.echo("quotasched logs: give --logs-dir or --data-dir, not both", err=True)
+        raise typer.Exit(2)
+    logs_dir = logs_dir or (data_dir or Path(".quotasched")) / "logs"
+    if not (logs_dir / job_id).is_dir() and nats_url is not None:
+        job_id = _named(nats_url, job_id)
     folder = logs_dir / job_id
     if attempt is None:
         numbers = sorted(int(p.stem) for p in folder.glob("*.log") if p.stem.isdigit()) if folder.is_dir() else []
@@ -175,6 +184,38 @@ def logs_command(
                    f"{_placed(nats_url, job_id)}", err=True)  # fmt: skip
         raise typer.Exit(1)
     _print(path, Path(exit_path(str(path))), follow)
+
+
+def _named(nats_url: str, name: str) -> str:
+    """The id of the one job named `name` (the scheduler's answer), or `name` itself when no
+    job has that name (it is then taken as an id); several jobs of that name: exit 2, naming
+    their ids."""
+    import asyncio
+
+    from quotasched.services.client import Bus
+
+    async def ask() -> list[str]:
+        ids = []
+        async with Bus(nats_url, name="quotasched-logs") as bus:
+            queues = (await bus.request("describe-job-queues"))["jobQueues"]
+            for queue in queues:  # a JOB_NAME filter lists every status
+                answer = await bus.request("list-service-jobs", jobQueue=queue["jobQueueName"],
+                                           maxResults=100, filters=[
+                                               {"name": "JOB_NAME", "values": [name]}])  # fmt: skip
+                ids += [job["jobId"] for job in answer["jobSummaryList"] if job["jobName"] == name]
+        return ids
+
+    try:
+        ids = asyncio.run(ask())
+    except Exception as error:  # noqa: BLE001 (a refusal, no server, a timeout: one line)
+        typer.echo(f"quotasched logs: the scheduler could not say which job is named {name}: "
+                   f"{error}", err=True)  # fmt: skip
+        raise typer.Exit(1) from None
+    if len(ids) > 1:
+        typer.echo(f"quotasched logs: {len(ids)} jobs are named {name}: {', '.join(ids)}; "
+                   "give one of their ids", err=True)  # fmt: skip
+        raise typer.Exit(2)
+    return ids[0] if ids else name
 
 
 def _placed(nats_url: str | None, job_id: str) -> str:
