@@ -2,6 +2,7 @@
 
     SELECT * FROM utilization(t0, t1, bucket_s)        -- per job queue, quota share, unit, bucket
     SELECT * FROM queue_utilization(t0, t1, bucket_s)  -- per job queue, unit, bucket
+    SELECT * FROM lending(t0, t1)  -- who lent to whom: lender, borrower, instance-seconds
 
 Buckets are [t0 + k*bucket_s, t0 + (k+1)*bucket_s) clipped to [t0, t1), in logical seconds
 (bucket_s defaults to 3600).  Every measure is an integral over the bucket of a step function,
@@ -27,6 +28,11 @@ For a share s, a unit, and the queue q it belongs to, at each instant:
                 borrowing is backed by idle capacity (ruling 1).  B_q > I_q happens only after
                 a limit was lowered under running jobs.
   idle_s      = integral of max(0, L - U) - lent: own capacity that nobody used.
+
+`lending(t0, t1)` splits the same attribution by borrower, one row per (queue, unit, lender,
+borrower): while borrower b borrows B_b and lender l has lendable idle I_l, l lends b
+B_b * I_l / I_q, so a lender's rows add up to its `lent_s` and a borrower's to its
+`borrowed_s` (whenever borrowing is backed).
   So for every share: limit_s = (used_s - borrowed_s) + lent_s + idle_s.
 
 For a queue q and a unit (capacity C: its service environment's maxCapacity):
@@ -121,6 +127,35 @@ SELECT job_queue, capacity_unit, bucket_start, least(bucket_start + bucket_s, t1
        borrowed_s / 3600 AS borrowed_h, lent_s / 3600 AS lent_h, idle_s / 3600 AS idle_h
 FROM parts GROUP BY job_queue, capacity_unit, bucket_start
 ORDER BY job_queue, capacity_unit, bucket_start;
+
+CREATE MACRO lending(t0, t1) AS TABLE
+WITH queue_seg AS (
+    SELECT job_queue, capacity_unit, seq, "at" AS a,
+           lead("at", 1, t1::DOUBLE) OVER (PARTITION BY job_queue, capacity_unit
+                                           ORDER BY seq) AS b,
+           lendable_idle::DOUBLE AS pool
+    FROM queue_usage
+    QUALIFY borrowed > 0 AND lendable_idle > 0),
+shares AS (SELECT DISTINCT job_queue, quota_share, capacity_unit FROM share_usage),
+-- Every share's borrowed and lendable idle at each segment's start, which hold throughout it
+-- (they change only together with the queue's totals, as in `utilization`).
+at_seg AS (
+    SELECT q.job_queue, q.capacity_unit, q.seq, q.a, q.b, q.pool, q.quota_share,
+           s.borrowed::DOUBLE AS borrowed, s.lendable_idle::DOUBLE AS idle
+    FROM (SELECT * FROM queue_seg JOIN shares USING (job_queue, capacity_unit)) q
+    ASOF JOIN share_usage s
+        ON s.job_queue = q.job_queue AND s.quota_share = q.quota_share
+           AND s.capacity_unit = q.capacity_unit AND q.seq >= s.seq),
+pairs AS (
+    SELECT l.job_queue, l.capacity_unit, l.quota_share AS lender, r.quota_share AS borrower,
+           r.borrowed * l.idle / l.pool AS amount,
+           least(l.b, t1) - greatest(l.a, t0) AS d
+    FROM at_seg l JOIN at_seg r USING (job_queue, capacity_unit, seq)
+    WHERE l.idle > 0 AND r.borrowed > 0 AND l.b > t0 AND l.a < t1)
+SELECT job_queue, capacity_unit, lender, borrower, {_integral("amount")}::DOUBLE AS lent_s,
+       lent_s / 3600 AS lent_h
+FROM pairs WHERE d > 0 GROUP BY ALL
+ORDER BY job_queue, capacity_unit, lender, borrower;
 """
 
-MACROS = ("utilization", "queue_utilization")
+MACROS = ("utilization", "queue_utilization", "lending")

@@ -19,7 +19,7 @@ from quotasched.projections.errors import SchemaMismatch
 
 # Views and macros live in the file too: bump this whenever a table, view or macro changes, so
 # an old file is refused (and rebuilt) instead of answering with yesterday's definitions.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 UNIT_LIMIT = "STRUCT(capacity_unit VARCHAR, max_capacity INTEGER)[]"
 

@@ -65,8 +65,9 @@ def _open_read_only(db: str):
         return store.open(db, read_only=True)
     except store.ProjectionLocked:
         raise _fail(f"quotasched: {db} is held by a running projector (DuckDB allows one "
-                    "writer, or readers only): query a copy of the file (cp it first) or stop "
-                    "the projector", EXIT_USAGE) from None  # fmt: skip
+                    "writer, or readers only): ask that projector instead with --nats-url URL "
+                    "(or QUOTASCHED_NATS_URL; `up` prints it as NATS_URL=...), or query a copy "
+                    "of the file (cp it first)", EXIT_USAGE) from None  # fmt: skip
     except store.ProjectionError as error:
         raise _fail(f"quotasched: {error}", EXIT_USAGE) from None
 
@@ -192,8 +193,8 @@ def sql(
     With --db the file is opened read-only (not possible while a projector writes it); with
     --nats-url the running projector answers (qm.proj.sql), so the live file is never opened
     by anyone else.  Tables and views: facts, jobs, allocations, attempts, preemptions,
-    share_usage, queue_usage, quota_shares; macros utilization(t0, t1, bucket_s) and
-    queue_utilization(t0, t1, bucket_s).  Quote the columns "at" and "limit" (SQL keywords).
+    share_usage, queue_usage, quota_shares; macros utilization(t0, t1, bucket_s),
+    queue_utilization(t0, t1, bucket_s) and lending(t0, t1) (who lent to whom).  Quote the columns "at" and "limit" (SQL keywords).
     """
     import duckdb
 

@@ -262,6 +262,7 @@ def test_a_read_while_the_projector_holds_the_file_says_so(database):
     with store.open(str(database)):  # this process is now the writer
         held = quotasched("sql", "SELECT 1", "--db", str(database))
     assert held.returncode == 2 and "held by a running projector" in held.stderr
+    assert "ask that projector instead with --nats-url URL" in held.stderr  # what answers live
 
 
 @pytest.mark.nats

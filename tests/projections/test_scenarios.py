@@ -231,3 +231,31 @@ def test_attempt_end_reasons_for_retry_preemption_success_and_termination():
     # The share holds 2 until 40, 1 until 50: 90 s of 120; RESERVE lends nothing.
     assert rows(con, "SELECT used_s, borrowed_s, lent_s, idle_s FROM utilization(0, 60, 60)") == [
         (90.0, 0.0, 0.0, 30.0)]
+
+
+def test_who_lent_to_whom_in_the_notebook(notebook):
+    # Only qs2 lends while qs1 borrows (above): all 22 s from qs2 to qs1; [2,4) + [20,30) = 12
+    # of them before t=30.
+    assert rows(notebook, "SELECT * FROM lending(0, 60)") == [
+        ("q", "ml.g5.xlarge", "qs2", "qs1", 22.0, 22.0 / 3600)]
+    assert rows(notebook, "SELECT lender, borrower, lent_s FROM lending(0, 30)") == [
+        ("qs2", "qs1", 12.0)]
+
+
+def test_who_lent_to_whom_splits_pro_rata_to_idle_capacity():
+    """Lenders a (LEND, 2) and b (LEND, 1), borrowers x and y (LEND_AND_BORROW, 1 each, no
+    ceiling) on 6 instances.  At t=0 each borrower runs one job within its limit and one
+    beyond: 2 borrowed against 3 idle.  By hand, each borrowed instance comes 2/3 from a and
+    1/3 from b, so over 30 s a lends x and y 20 s each, b 10 s each; a's rows add up to its
+    lent_s (2 idle x 2/3 x 30 = 40) and x's to its borrowed_s (30)."""
+    con = project(facts_of([
+        *setup({"ml.g5.xlarge": 6}, [share("a", 2, "LEND"), share("b", 1, "LEND"),
+                                     share("x", 1, "LEND_AND_BORROW", borrow_limit=-1),
+                                     share("y", 1, "LEND_AND_BORROW", borrow_limit=-1)]),
+        *(submit(0, job_id, to) for job_id, to in (("x1", "x"), ("x2", "x"), ("y1", "y"), ("y2", "y"))),
+    ])).con  # fmt: skip
+    assert rows(con, "SELECT lender, borrower, lent_s FROM lending(0, 30)") == [
+        ("a", "x", 20.0), ("a", "y", 20.0), ("b", "x", 10.0), ("b", "y", 10.0)]
+    assert {r[0]: r[1:] for r in rows(con, "SELECT quota_share, lent_s, borrowed_s "
+                                           "FROM utilization(0, 30, 30)")} == {
+        "a": (40.0, 0.0), "b": (20.0, 0.0), "x": (0.0, 30.0), "y": (0.0, 30.0)}
