@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import json
 import re
+import shutil
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -268,11 +269,25 @@ def _reflow_all(typer_app: typer.Typer) -> None:
 
 _reflow_all(app)
 
+# Below this many columns Rich's three-column option table leaves help too narrow a column
+# and cuts long words (a default, an env var's name) with "…": Click's own layout wraps them.
+PLAIN_HELP_BELOW = 100
+
+
+def _plain_help_if_narrow(typer_app: typer.Typer) -> None:
+    if shutil.get_terminal_size(fallback=(80, 24)).columns >= PLAIN_HELP_BELOW:
+        return
+    typer_app.rich_markup_mode = None
+    for group in typer_app.registered_groups:
+        if group.typer_instance is not None:
+            _plain_help_if_narrow(group.typer_instance)
+
 
 def main() -> None:
     from quotasched.services.logs import LogSettingError
 
     dump_stacks_on_sigusr1()
+    _plain_help_if_narrow(app)
     try:
         app()
     except LogSettingError as error:  # a bad QUOTASCHED_LOG_LEVEL / _FORMAT: one line, exit 2

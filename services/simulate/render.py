@@ -95,10 +95,17 @@ def compare_table(summaries: list[Summary], title: str = "") -> Table:
 
 def share_table(summary: Summary) -> Table:
     table = Table(title=f"{summary.name}: per share")
+    # A share's name is what a reader looks for: never cut (the other columns wrap instead);
+    # its teams fold onto more lines rather than end in "…".
+    name_width = max((len(share.name) for share in summary.shares), default=5)
     for column in ("share", "teams", "strategy", "limit", "jobs", "waiting at end",
                    "first start p50 / p95 h", "queued p50 / p95 h", "preempted", "lost GPU-h",
                    "used GPU-h", "borrowed GPU-h"):  # fmt: skip
-        table.add_column(column, justify="left" if column in ("share", "teams", "strategy") else "right")
+        if column == "share":
+            table.add_column(column, justify="left", min_width=name_width, no_wrap=True)
+        else:
+            table.add_column(column, justify="left" if column in ("teams", "strategy") else "right",
+                             overflow="fold")  # fmt: skip
     for share in summary.shares:
         table.add_row(
             share.name, ",".join(share.teams), share.strategy, f"{share.limit:,}",

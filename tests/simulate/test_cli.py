@@ -162,3 +162,19 @@ def test_window_overrides_the_submit_span_for_every_run_and_says_so(tiny):
 def _row(text: str, label: str) -> list[str]:
     line = next(line for line in text.splitlines() if label in line)
     return [cell.strip() for cell in line.split("│")[2:-1]]
+
+
+def test_the_per_share_table_never_cuts_a_share_name(files):
+    """At 80 columns the per-share table cut names ("cluste…"); the names now stay whole and
+    the figures wrap."""
+    long = files / "long.yaml"
+    long.write_text(CONFIG.format(name="long", strategy="RESERVE")
+                    .replace("name: a,", "name: research-vision-a,")
+                    .replace("name: b,", "name: research-language-b,"))  # fmt: skip
+    result = CliRunner().invoke(app, ["simulate", "--trace", str(files / "t.csv"), "--config",
+                                      str(long), "--shares", "--no-progress"],
+                                env={"COLUMNS": "80"})  # fmt: skip
+    assert result.exit_code == 0, result.output
+    rows = result.stdout.split("long: per share", 1)[1]
+    assert "research-vision-a" in rows and "research-language-b" in rows, rows
+    assert "research-…" not in rows and "resear…" not in rows

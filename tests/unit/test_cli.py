@@ -522,3 +522,21 @@ def test_the_agent_help_says_its_nats_url_is_required_and_never_embedded():
     refused = run("agent", "--gpus", "0", env={"QUOTASCHED_NATS_URL": ""})
     assert refused.returncode != 0
     assert b"--nats-url (or QUOTASCHED_NATS_URL) is required" in refused.stderr
+
+
+@pytest.mark.parametrize("command", ["up", "agent", "executor", "simulate", "sql", "report", "demo",
+                                     "logs", "projections rebuild", "config apply"])
+def test_help_at_80_columns_cuts_no_word(command):
+    """At 80 columns Rich's option table cut long words ("<data-dir>/quotasched.…",
+    "QUOTASCHED_METRICS_POR…"); below 100 the CLI lays help out as Click does, wrapping."""
+    result = run(*command.split(), "--help", env={"COLUMNS": "80"})
+    assert result.returncode == 0, result.stderr.decode()
+    text = result.stdout.decode()
+    assert "…" not in text, text
+    assert max(len(line) for line in text.splitlines()) <= 80, text
+    if command == "up":
+        flat = " ".join(text.split())  # wrapped lines joined
+        assert "[default: simulated]" in flat and "QUOTASCHED_METRICS_PORT" in flat
+        assert "dir>/quotasched.duckdb" in flat
+    wide = run(*command.split(), "--help", env={"COLUMNS": "120"}).stdout.decode()
+    assert "╭─ Options" in wide  # a wide terminal keeps Rich's panels
