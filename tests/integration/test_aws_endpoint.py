@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -25,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.conftest import Process
-from tests.integration.helpers import NO_TICKS
+from tests.integration.helpers import NO_TICKS, ROOT
 
 pytestmark = [pytest.mark.nats, pytest.mark.slow]
 
@@ -305,3 +306,47 @@ def test_the_endpoint_validates_with_botocores_model_itself(endpoint):
     assert not_json.value.code == 400
     assert not_json.value.headers["x-amzn-ErrorType"] == "ClientException"
     assert json.loads(not_json.value.read())["__type"] == "ClientException"
+
+
+# The migration guide's commands in an order that lets each one succeed (the guide lists them
+# by resource; a queue is disabled and a share deleted last).
+GUIDE_ORDER = (
+    "create-service-environment", "update-service-environment", "describe-service-environments",
+    "create-scheduling-policy", "update-scheduling-policy", "describe-scheduling-policies",
+    "create-job-queue", "describe-job-queues", "create-quota-share", "describe-quota-share",
+    "list-quota-shares", "submit-service-job", "update-service-job", "describe-service-job",
+    "list-service-jobs", "get-job-queue-snapshot", "terminate-service-job",
+    "terminate-service-jobs", "update-job-queue", "update-quota-share", "delete-quota-share",
+)  # fmt: skip
+
+
+def test_the_migration_guides_commands_run_with_the_cli_it_names(endpoint):
+    """Every `aws batch` command of docs/migration-aws-batch.md, as written there (placeholders
+    filled), with the AWS CLI the guide names (awscli 1.46.3, the one `make test` installs).
+    That CLI's bundled botocore (1.43.62) has no TerminateServiceJobs: the guide says so, and
+    `terminate-service-jobs` is refused by the CLI itself (boto3 has it: the test above)."""
+    import shlex
+
+    guide = (ROOT / "docs" / "migration-aws-batch.md").read_text()
+    rows = dict((line.split()[0], line) for line in
+                re.findall(r"^\| `aws batch ([^`]+)` \|", guide, re.M))  # fmt: skip
+    assert set(rows) == set(GUIDE_ORDER), sorted(set(rows) ^ set(GUIDE_ORDER))
+    assert "awscli 1.46.3" in guide and "no `terminate-service-jobs`" in guide
+    version = subprocess.run([AWS, "--version"], capture_output=True, text=True).stdout
+    assert version.startswith("aws-cli/1.46.3 "), version
+    arns = {"policy": "arn:aws:batch:local:000000000000:scheduling-policy/sp",
+            "share": "arn:aws:batch:local:000000000000:job-queue/q/quota-share/qs1"}
+    job_id = None
+    for verb in GUIDE_ORDER:
+        line = rows[verb].replace("'<CreateTrainingJob JSON>'", shlex.quote(PAYLOAD))
+        line = line.replace("<arn>", arns["share"] if "quota-share" in verb else arns["policy"])
+        if job_id is not None:
+            line = line.replace("<id>", job_id)
+        done = aws(endpoint, *shlex.split(line), check=False)
+        if verb == "terminate-service-jobs":  # not in this CLI's model: the CLI refuses it
+            assert done.returncode != 0 and "Invalid choice" in done.stderr, done.stderr
+            continue
+        assert done.returncode == 0, f"aws batch {line}: {done.stderr}"
+        if verb == "submit-service-job":
+            job_id = json.loads(done.stdout)["jobId"]
+    assert job_id is not None
