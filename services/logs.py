@@ -1,6 +1,6 @@
-"""structlog configuration: one JSON object per line on stderr (or readable console lines),
-context bound per command; and `LineBudget`, which bounds the lines one kind of event may
-write (a few in full per key and window, the rest summed up in one line)."""
+"""structlog configuration: readable lines on a terminal's stderr, one JSON object per line
+otherwise, context bound per command; and `LineBudget`, which bounds the lines one kind of
+event may write (a few in full per key and window, the rest summed up in one line)."""
 
 from __future__ import annotations
 
@@ -24,17 +24,18 @@ class LogSettingError(ValueError):
 
 
 def configure(level: str = "INFO", json: bool | None = None) -> None:
-    """JSON lines on standard error by default.  QUOTASCHED_LOG_LEVEL (DEBUG, INFO, WARNING,
-    ERROR) overrides `level`, and QUOTASCHED_LOG_FORMAT=console gives readable lines for a
-    person at a terminal; a value that names neither is refused (LogSettingError)."""
+    """Readable lines on standard error when it is a terminal (a person watches), JSON lines
+    otherwise (a file, a pipe, a log collector).  QUOTASCHED_LOG_LEVEL (DEBUG, INFO, WARNING,
+    ERROR) overrides `level`, and QUOTASCHED_LOG_FORMAT=json|console chooses either way; a
+    value that names neither is refused (LogSettingError)."""
     level = os.environ.get(LEVEL_ENV, level).strip().upper()
     if level not in LEVELS:
         raise LogSettingError(f"{LEVEL_ENV}={level!r}: expected one of {', '.join(LEVELS)}")
     if json is None:
-        chosen = os.environ.get(FORMAT_ENV, "json").strip().lower()
-        if chosen not in FORMATS:
+        chosen = os.environ.get(FORMAT_ENV, "").strip().lower()
+        if chosen and chosen not in FORMATS:
             raise LogSettingError(f"{FORMAT_ENV}={chosen!r}: expected json or console")
-        json = chosen == "json"
+        json = chosen == "json" if chosen else not sys.stderr.isatty()
     renderer = (structlog.processors.JSONRenderer() if json
                 else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty()))  # fmt: skip
     structlog.configure(

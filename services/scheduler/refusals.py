@@ -40,6 +40,8 @@ REFUSAL_LINES = 5  # "command rejected" lines in full per (job queue, quota shar
 REFUSAL_WINDOW_S = 10.0
 REASON_CLASS_CHARS = 60  # a reason naming no limit is classed by its start
 OTHER_SHARES = ("*", "*")  # the key refusals count under beyond LineBudget.max_keys shares
+STORY_LINES = 20  # "dispatched" / "preempted" lines in full per (job queue, quota share) and window
+STORY_WINDOW_S = 10.0
 
 
 def refuse_message(state: State, subject: str, data: bytes, seq: int, cause: str) -> list[Fact]:
@@ -79,33 +81,25 @@ def reason_class(reason: str) -> str:
     return reason if len(reason) <= REASON_CLASS_CHARS else reason[:REASON_CLASS_CHARS] + "..."
 
 
-class RefusalLog:
-    """The writer's lines about refused commands, at most `lines` in full per (job queue,
-    quota share) and `window_s`, then one summary line per window that held some back: on
-    the share's next refusal after the window, on a timer when it closes, and at `close`
-    (the end of a term).  Every refusal is still a CommandRejected fact: only lines are
-    saved, never facts."""
+class BudgetedLines:
+    """Lines of one family, bounded per (job queue, quota share) by a `LineBudget`: the held
+    back ones are summed up in one line per window (`_summary`), told on the share's next
+    event after the window, on a timer when it closes, and at `close` (the end of a term)."""
 
-    def __init__(self, log, lines: int = REFUSAL_LINES, window_s: float = REFUSAL_WINDOW_S,
+    def __init__(self, log, lines: int, window_s: float,
                  clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
         self.log = log
         self.budget = LineBudget(lines, window_s, clock, overflow_key=OTHER_SHARES)
         self._timer: asyncio.TimerHandle | None = None
 
-    def rejected(self, seq: int, subject: str, queue: str | None, share: str | None,
-                 fact: Fact) -> None:  # fmt: skip
-        """Command `seq`, published on `subject` (of `queue` and `share`), got `fact`, its
-        CommandRejected."""
-        reason = fact.status_reason
-        told, closed = self.budget.admit((queue, share), reason_class(reason), seq)
+    def admit(self, queue: str | None, share: str | None, kind: str, seq: int) -> bool:
+        """Count one event; True: log it in full now."""
+        told, closed = self.budget.admit((queue, share), kind, seq)
         if closed is not None:
             self._summary(closed)
-        if told:
-            self.log.info("command rejected", stream_seq=seq, job_queue=queue,
-                          quota_share=share, job_id=getattr(fact, "job_id", None),
-                          subject=subject, reason=reason)  # fmt: skip
-        elif self._timer is None:
+        if not told and self._timer is None:
             self._arm()
+        return told
 
     def due(self) -> None:
         """Log the summaries of the windows closed by now."""
@@ -135,9 +129,70 @@ class RefusalLog:
         self.due()
         self._arm()
 
+    # The summary line: its event, and the names its count and its kinds go by.
+    SUMMARY, COUNTED, KINDS = "", "", ""
+
     def _summary(self, held: Held) -> None:
         queue, share = held.key
-        self.log.info("commands rejected", job_queue=queue, quota_share=share,
-                      refused=held.count, logged=held.told, held_back=held.held_back,
-                      reasons=dict(held.kinds), first_stream_seq=held.first,
+        self.log.info(self.SUMMARY, job_queue=queue, quota_share=share,
+                      **{self.COUNTED: held.count, self.KINDS: dict(held.kinds)},
+                      logged=held.told, held_back=held.held_back, first_stream_seq=held.first,
                       last_stream_seq=held.last, window_s=self.budget.window_s)  # fmt: skip
+
+
+class RefusalLog(BudgetedLines):
+    """The writer's lines about refused commands, at most `lines` in full per (job queue,
+    quota share) and `window_s`, then one summary line per window that held some back.
+    Every refusal is still a CommandRejected fact: only lines are saved, never facts."""
+
+    SUMMARY, COUNTED, KINDS = "commands rejected", "refused", "reasons"
+
+    def __init__(self, log, lines: int = REFUSAL_LINES, window_s: float = REFUSAL_WINDOW_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
+        super().__init__(log, lines, window_s, clock)
+
+    def rejected(self, seq: int, subject: str, queue: str | None, share: str | None,
+                 fact: Fact) -> None:  # fmt: skip
+        """Command `seq`, published on `subject` (of `queue` and `share`), got `fact`, its
+        CommandRejected."""
+        reason = fact.status_reason
+        if self.admit(queue, share, reason_class(reason), seq):
+            self.log.info("command rejected", stream_seq=seq, job_queue=queue,
+                          quota_share=share, job_id=getattr(fact, "job_id", None),
+                          subject=subject, reason=reason)  # fmt: skip
+
+
+class StoryLog(BudgetedLines):
+    """The writer's line for each dispatch and preemption ("dispatched", "preempted"), so a
+    person watching `up` sees the story as it is decided; at most `lines` in full per (job
+    queue, quota share) and `window_s`, the rest summed up in one "decisions not logged in
+    full" line per window.  Logged after the facts are decided, from the facts themselves."""
+
+    SUMMARY, COUNTED, KINDS = "decisions not logged in full", "decisions", "kinds"
+
+    def __init__(self, log, lines: int = STORY_LINES, window_s: float = STORY_WINDOW_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
+        super().__init__(log, lines, window_s, clock)
+
+    def decided(self, seq: int, facts: list[Fact]) -> None:
+        for fact in facts:
+            kind = fact.kind
+            if kind != "JobDispatched" and kind != "JobPreempted":
+                continue
+            if not self.admit(fact.job_queue, fact.quota_share_name, kind, seq):
+                continue
+            if kind == "JobDispatched":
+                self.log.info("dispatched", job_id=fact.job_id, attempt=fact.attempt,
+                              job_queue=fact.job_queue, quota_share=fact.quota_share_name,
+                              borrowed=_units(fact.borrowed) or None,
+                              after_preemption_of=fact.after_preemption_of or None,
+                              stream_seq=seq)  # fmt: skip
+            else:
+                self.log.info("preempted", job_id=fact.job_id, attempt=fact.attempt,
+                              job_queue=fact.job_queue, quota_share=fact.quota_share_name,
+                              by=fact.preemptor_job_id, reason=fact.reason.value,
+                              outcome=fact.outcome.value, stream_seq=seq)  # fmt: skip
+
+
+def _units(items) -> str:
+    return ", ".join(f"{item.quantity} x {item.capacity_unit}" for item in items)

@@ -52,7 +52,7 @@ from quotasched.services.nats.bus import (
 from quotasched.services.scheduler.core import catch_up_clock
 from quotasched.services.nats.log import sequence_and_time
 from quotasched.services.scheduler.log import capture_snapshot, save_snapshot
-from quotasched.services.scheduler.refusals import RefusalLog, refuse_message
+from quotasched.services.scheduler.refusals import RefusalLog, StoryLog, refuse_message
 from quotasched.services.scheduler.routing import decide_message, fact_subject_of
 
 FREEZE_EVERY = 4096  # decided commands between two gc.freeze() calls
@@ -154,6 +154,7 @@ class Writer:
     """The term's write loop and everything it does per batch (a part of `Scheduler`)."""
 
     _refusals: RefusalLog | None = None  # the term's (`_write`)
+    _story: StoryLog | None = None
 
     async def _write(self, inbox: asyncio.Queue, stop: asyncio.Event, tasks,
                      appender: FactAppender) -> None:  # fmt: skip
@@ -161,10 +162,12 @@ class Writer:
         self._appender = appender
         self._log_end = self.recovered.log_end  # where the next batch's facts must follow
         self._refusals = RefusalLog(log)  # "command rejected" lines, bounded per share
+        self._story = StoryLog(log)  # "dispatched" / "preempted" lines, bounded per share
         try:
             await self._write_batches(inbox, stop, tasks, appender)
         finally:
             self._refusals.close()  # the summaries of refusals not logged in full
+            self._story.close()
 
     async def _write_batches(self, inbox: asyncio.Queue, stop: asyncio.Event, tasks,
                              appender: FactAppender) -> None:  # fmt: skip
@@ -240,6 +243,9 @@ class Writer:
         refusals = self._refusals
         if refusals is None:  # deciding outside a term's `_write` (a benchmark, a test)
             refusals = self._refusals = RefusalLog(log)
+        story = self._story
+        if story is None:
+            story = self._story = StoryLog(log)
         partition = self.partition
         fits_below = self._fits_below()
         for msg in batch:
@@ -279,6 +285,8 @@ class Writer:
                 recovered.last_refused = rejected = first.kind == "CommandRejected"
                 if rejected:
                     refusals.rejected(seq, subject, queue, share, first)
+                else:  # a term that fails to store them decides (and tells) them again
+                    story.decided(seq, facts)
         before = self.commands_decided
         self.commands_decided += len(batch)
         freeze_now(before, self.commands_decided)

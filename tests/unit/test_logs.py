@@ -66,3 +66,23 @@ def test_a_value_that_names_nothing_is_one_line_and_exit_2(variable, value, mess
                           env=env, capture_output=True, text=True, timeout=60)  # fmt: skip
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip() == f"quotasched: {message}"
+
+
+def test_readable_lines_on_a_terminal_json_elsewhere_by_default(monkeypatch, capsys):
+    """Issue 32: `up` on a terminal logged JSON; without QUOTASCHED_LOG_FORMAT a terminal now
+    gets readable lines, a file or a pipe (capsys is not a terminal) still JSON."""
+    monkeypatch.delenv(logs.FORMAT_ENV, raising=False)
+    monkeypatch.delenv(logs.LEVEL_ENV, raising=False)
+    logs.configure()
+    json.loads(emitted(capsys).splitlines()[0])  # not a terminal: JSON
+    structlog.reset_defaults()
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    logs.configure()
+    out = emitted(capsys)
+    assert "hello" in out and "answer" in out and "\x1b[" in out  # coloured, for a person
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(out.splitlines()[0])
+    structlog.reset_defaults()
+    monkeypatch.setenv(logs.FORMAT_ENV, "json")  # asked for: JSON on a terminal too
+    logs.configure()
+    json.loads(emitted(capsys).splitlines()[0])

@@ -1,4 +1,4 @@
-"""The writer's refusal lines, bounded (issue 29): `LineBudget` (services/logs.py) and
+"""The writer's refusal lines, and its story lines (issue 32), bounded (issue 29): `LineBudget` (services/logs.py) and
 `RefusalLog` (services/scheduler/refusals.py), driven by an injected clock, no bus.
 
 Per (job queue, quota share) the first 5 refusals of each 10 s window are logged in full
@@ -9,6 +9,7 @@ owner asks (`due`, which the writer does on a timer) and at close."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 from quotasched.events.facts import CommandRejected
 from quotasched.services.logs import LineBudget
@@ -21,6 +22,7 @@ from quotasched.services.scheduler.refusals import (
     reason_class,
 )
 
+ROOT = Path(__file__).resolve().parents[2]
 FULL = ("Quota share qs2 has 200 queued jobs, its limit maxQueuedJobs of 200; submit again "
         "when some have ended")  # fmt: skip
 FAST = ("Quota share qs2 already had 20 submissions in this second, its limit "
@@ -205,3 +207,47 @@ async def test_a_summary_is_told_on_a_timer_when_the_window_closes_without_anoth
 
 def test_the_overflow_key_is_a_share_no_name_can_be():
     assert OTHER_SHARES == ("*", "*")
+
+
+def test_the_story_lines_tell_each_dispatch_and_preemption_of_the_notebook():
+    """By hand, from the notebook (examples/notebook.jsonl): high and med dispatched (med
+    borrowing 1), b1 preempts med (CROSS_SHARE_RECLAIM) and is dispatched after it, low
+    preempts high (IN_SHARE_PRIORITY) and is dispatched after it."""
+    from tests.builders import Cluster
+    from quotasched.services.scheduler.refusals import StoryLog
+
+    c = Cluster()
+    lines = Lines()
+    story = StoryLog(lines, clock=Clock())
+    for seq, line in enumerate((ROOT / "examples" / "notebook.jsonl").read_text().splitlines(), 1):
+        story.decided(seq, c.send(line))
+    told = [(event, f["job_id"]) for event, f in lines.lines]
+    assert told == [("dispatched", "high"), ("dispatched", "med"), ("preempted", "med"),
+                    ("dispatched", "b1"), ("preempted", "high"), ("dispatched", "low")]
+    med = lines.events("dispatched")[1]
+    assert med["borrowed"] == "1 x ml.g5.xlarge" and med["quota_share"] == "qs1"
+    assert lines.events("dispatched")[2]["after_preemption_of"] == ["med"]
+    assert lines.events("preempted")[0] | {"stream_seq": 0} == {
+        "job_id": "med", "attempt": 1, "job_queue": "q", "quota_share": "qs1", "by": "b1",
+        "reason": "CROSS_SHARE_RECLAIM", "outcome": "REQUEUED", "stream_seq": 0}
+
+
+def test_the_story_lines_are_bounded_per_share_and_summed_up():
+    from tests.builders import Cluster
+    from quotasched.services.scheduler.refusals import STORY_LINES, STORY_WINDOW_S, StoryLog
+
+    c = Cluster()
+    c.environment(g5=100)
+    c.queue()
+    c.share("big", "RESERVE", g5=100)
+    clock, lines = Clock(), Lines()
+    story = StoryLog(lines, clock=clock)
+    for n in range(STORY_LINES + 5):
+        story.decided(n, c.submit(f"j{n}", "big"))
+    assert len(lines.events("dispatched")) == STORY_LINES
+    clock.now += STORY_WINDOW_S
+    story.due()
+    [summary] = lines.events("decisions not logged in full")
+    assert (summary["decisions"], summary["logged"], summary["held_back"]) == (
+        STORY_LINES + 5, STORY_LINES, 5)
+    assert summary["kinds"] == {"JobDispatched": STORY_LINES + 5}
