@@ -137,9 +137,11 @@ DRAW_JS = r"""
 
   document.querySelectorAll("canvas[data-chart]").forEach(
     (canvas) => draw(report.charts[Number(canvas.dataset.chart)], canvas));
-  // For the PNG (png.py): the height of the content, so the screenshot ends where it does.
+  // For the PNG (png.py): the height of the content, so the screenshot ends where it does,
+  // and its width, so a table wider than the window is not cut off at the window's edge.
   const bottom = document.querySelector("main").getBoundingClientRect().bottom + window.scrollY;
   document.documentElement.dataset.contentHeight = String(Math.ceil(bottom) + 24);
+  document.documentElement.dataset.contentWidth = String(document.documentElement.scrollWidth);
 })();
 """
 

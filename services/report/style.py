@@ -15,8 +15,8 @@ CAPACITY = "#111111"
 OVER = "#d62728"  # usage above the capacity line: red stripes ...
 OVER_BACKGROUND = "#fde0df"  # ... on this opaque wash
 REASONS = {  # preemption reason: (marker colour, words)
-    "CROSS_SHARE_RECLAIM": ("#d62728", "cross-share reclaim"),
-    "IN_SHARE_PRIORITY": ("#1f1f1f", "in-share priority"),
+    "CROSS_SHARE_RECLAIM": ("#e6550d", "cross-share reclaim"),  # not red: over capacity is
+    "IN_SHARE_PRIORITY": ("#6a3d9a", "in-share priority"),  # not black: the capacity line is
 }
 OTHER_REASON = ("#888888", None)
 

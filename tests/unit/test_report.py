@@ -479,6 +479,35 @@ def test_png_with_chromium_is_cropped_to_the_content(dbs, tmp_path):
     assert width == report_module.png.WIDTH and 900 < height < 1800, height
 
 
+@pytest.mark.skipif(report_module.chromium() is None, reason="no headless Chromium installed")
+def test_png_of_a_page_wider_than_the_window_is_not_cut(tmp_path):
+    """The report's PNG cropped its wide tables at the window's edge: the page says how wide
+    it is (data-content-width, as the report's script does) and the screenshot is that wide."""
+    page = tmp_path / "wide.html"
+    page.write_text(
+        "<html><body style='margin:0'><main><table><tr><td style='min-width:2000px'>wide"
+        "</td><td id='end'>the end</td></tr></table></main><script>"
+        "const e = document.documentElement; e.dataset.contentHeight = '300';"
+        "e.dataset.contentWidth = String(e.scrollWidth);</script></body></html>")  # fmt: skip
+    out = tmp_path / "wide.png"
+    report_module.png.html_to_png(str(page), str(out))
+    width, height = struct.unpack(">II", out.read_bytes()[16:24])
+    assert width > 2000 and height == 300, (width, height)
+    from quotasched.services.report.script import DRAW_JS
+
+    assert "dataset.contentWidth" in DRAW_JS  # the report's page says it
+
+
+def test_no_two_legend_entries_share_a_colour():
+    """The capacity line and in-share preemption markers were both black."""
+    from quotasched.services.report import style
+
+    colours = [style.CAPACITY, style.OVER, *(colour for colour, _ in style.REASONS.values()),
+               style.OTHER_REASON[0]]
+    assert len(set(colours)) == len(colours), colours
+    assert not set(colours) & set(style.PALETTE)  # nor a share's colour
+
+
 # -- attribution ------------------------------------------------------------------------------
 
 
