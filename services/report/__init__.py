@@ -22,8 +22,8 @@ Per job queue:
   time axis.  Under it, who lent to whom (below), in instance-seconds.
 - a waiting chart: per share, the jobs RUNNABLE over time, hatched those blocked (a
   ShareBlocked reason: as configured they can never fit); the jobs still waiting at the end of
-  the window with share, priority, since when, blocked reason and last status reason; and a
-  table of every preemption (time, victim and preemptor with their shares, reason, outcome).
+  the window with share, priority, since when, why it waits (the core's reason,
+  `jobs.reasons`) and last status reason; and a table of every preemption (time, victim and preemptor with their shares, reason, outcome).
   (jobs.py reads them from `job_events`, `job_submitted` and `preemptions`.)
 
 A chart with more than MAX_EXACT_STEPS changes is drawn as time averages over equal columns

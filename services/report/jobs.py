@@ -83,6 +83,33 @@ def waiting_at_end(reader: Reader, window: dict) -> list[WaitingJob]:
             for job_id, name, share, priority, since, blocked, reason in rows]  # fmt: skip
 
 
+FOLD_MAX = 200_000  # facts folded at most to say why each job waits at t1
+
+
+def reasons(reader: Reader, window: dict) -> dict[str, tuple[str, str]] | None:
+    """Why each job RUNNABLE at t1 waits, as the scheduler's core says it (core.waiting: what
+    explain, the web view and the snapshot say): job id -> (code, sentence), from the log's
+    facts up to t1 folded with the core's own `evolve`.  None past FOLD_MAX facts (the report
+    then shows each job's last status reason; `quotasched explain JOB` tells one job's)."""
+    from quotasched.events.codec import decode_fact
+    from quotasched.events.values import JobStatus
+    from quotasched.services.scheduler.core import fold
+    from quotasched.services.scheduler.core.waiting import waiting
+
+    where = 'FROM fact_log WHERE seq <= $pos AND "at" <= $t1'
+    (count,), = reader.rows(f"SELECT count(*) {where}", window)
+    if count > FOLD_MAX:
+        return None
+    state = fold(decode_fact(body) for (body,) in reader.rows(f"SELECT body {where} ORDER BY seq",
+                                                              window))  # fmt: skip
+    told = {}
+    for job in state.jobs.values():
+        if job.status is JobStatus.RUNNABLE:
+            found = waiting(state, job)
+            told[job.job_id] = (found.code, found.text)
+    return told
+
+
 def preemptions(reader: Reader, window: dict) -> list[Preemption]:
     """The queue's preemptions in [t0, t1], with both jobs' names and the victim's units."""
     rows = reader.rows(

@@ -10,6 +10,7 @@ same facts, over NATS too.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from . import jobs
 from .model import Chart, QueueReport, Report, ReportError, ReportUsageError, ShareAt, ShareInfo
@@ -55,6 +56,10 @@ def load(reader: Reader, job_queues: list[str] | None = None, t_from: float | No
                           f"({axis.stamp(origin)}) or --to is before the first fact: there is "
                           "no time to chart")  # fmt: skip
     shares = _shares(reader, queues, position)
+    told = jobs.reasons(reader, {"t1": t1, **pos})
+    if told is None:
+        notes.append(f"over {jobs.FOLD_MAX:,} facts: why each job waits is not worked out here "
+                     "(quotasched explain JOB tells one job's)")  # fmt: skip
     sections = []
     for queue in queues:
         t0 = _default_start(reader, queue, origin, t1, position) if t_from is None \
@@ -66,8 +71,10 @@ def load(reader: Reader, job_queues: list[str] | None = None, t_from: float | No
             "seq <= $pos ORDER BY 1", window)]  # fmt: skip
         preemptions = jobs.preemptions(reader, window)
         charts = [_chart(reader, window, unit, shares, preemptions) for unit in units]
-        sections.append(QueueReport(queue, t0, t1, charts, jobs.waiting(reader, window),
-                                    jobs.waiting_at_end(reader, window), preemptions))  # fmt: skip
+        left = [replace(job, why_code=code, why=text) for job in jobs.waiting_at_end(reader, window)
+                for code, text in [(told or {}).get(job.job_id, (None, None))]]  # fmt: skip
+        sections.append(QueueReport(queue, t0, t1, charts, jobs.waiting(reader, window), left,
+                                    preemptions))  # fmt: skip
     t0 = min((section.t0 for section in sections), default=origin)
     return Report(reader.source, facts, position, origin, last_at, t0, t1, sections, shares,
                   notes)  # fmt: skip

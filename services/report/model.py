@@ -147,6 +147,8 @@ class WaitingJob:
     since: float  # since when it has been RUNNABLE without a break
     blocked_reason: str | None  # the ShareBlocked statusReason, while it stands
     status_reason: str | None  # the last status reason otherwise (a preemption, a retry)
+    why: str | None = None  # why it waits at t1, as the scheduler's core says it (jobs.reasons)
+    why_code: str | None = None
 
 
 @dataclass

@@ -71,7 +71,8 @@ def waiting_table(queue: QueueReport, axis: TimeAxis) -> tuple[str, list[dict]]:
     jobs: list[WaitingJob] = queue.waiting_at_end
     values = [{"jobId": j.job_id, "jobName": j.job_name, "quotaShare": j.quota_share,
                "priority": j.priority, "since": j.since, "sinceText": axis.stamp(j.since),
-               "blockedReason": j.blocked_reason, "statusReason": j.status_reason}
+               "blockedReason": j.blocked_reason, "statusReason": j.status_reason,
+               "waitingReason": j.why, "waitingCode": j.why_code}
               for j in jobs[:MAX_ROWS]]  # fmt: skip
     if not jobs:
         return (f'<p class="none">No job of {_e(queue.job_queue)} was waiting at the end of the '
@@ -79,9 +80,9 @@ def waiting_table(queue: QueueReport, axis: TimeAxis) -> tuple[str, list[dict]]:
     caption = (f"Waiting at the end of the window ({axis.stamp(queue.t1)}): {len(jobs):,} "
                f"job{'s' if len(jobs) != 1 else ''}")  # fmt: skip
     out = [_table("waiting", queue, caption, ["job", "share", "priority", "waiting since", "for",
-                                              "blocked reason", "last status reason"])]
+                                              "why it waits", "last status reason"])]
     for j in jobs[:MAX_ROWS]:
-        blocked = _e(j.blocked_reason or "– (waits for capacity or its turn)")
+        blocked = _e(j.why or j.blocked_reason or "–")
         out.append(f'<tr data-job-id="{_e(j.job_id)}"><td>{_job(j.job_name, j.job_id)}</td>'
                    f"<td>{_e(j.quota_share)}</td><td class=n>{_e(j.priority)}</td>"
                    f"<td>{_e(axis.stamp(j.since))}</td><td>{_e(duration(queue.t1 - j.since))}"

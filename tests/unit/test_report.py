@@ -210,6 +210,11 @@ def test_notebook_usage_lending_waiting_and_preemptions(dbs, tmp_path):
              j["statusReason"]) for j in queue["waitingAtEnd"]]
     assert left == [("med", "qs1", 2, 4, None, "Preempted by job b1 (CROSS_SHARE_RECLAIM)"),
                     ("high", "qs1", 3, 5, None, "Preempted by job low (IN_SHARE_PRIORITY)")]
+    # why each waits at the end, by hand: high heads qs1 and could only borrow (qs2 runs b1,
+    # qs3 is RESERVE); med is behind it.  The core's words, as explain and the web view say.
+    why = {j["jobId"]: (j["waitingCode"], j["waitingReason"]) for j in queue["waitingAtEnd"]}
+    assert why["high"][0] == "no_idle_lendable" and why["med"][0] == "behind_higher_priority"
+    assert why["med"][1].startswith("med waits (RUNNABLE): it is behind higher-priority job high")
 
 
 def test_the_tables_are_on_the_page_not_only_in_tooltips(dbs, tmp_path):
