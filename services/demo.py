@@ -1,14 +1,16 @@
 """`quotasched demo`: the official notebook's story, live, on an embedded stack.
 
-Starts nats-server, the scheduler and the simulated executor in a temporary directory,
-configures fixture N (three shares over three ml.g5.xlarge instances), submits through the
-Python client and narrates every fact as it lands in the log: the borrow, the cross-share
-reclaim, the in-share preemption after a priority update.  Ends with per-share usage.
+Starts nats-server, the scheduler, the projector and the simulated executor in a temporary
+directory, configures fixture N (three shares over three ml.g5.xlarge instances), submits
+through the Python client and narrates every fact as it lands in the log: the borrow, the
+cross-share reclaim, the in-share preemption after a priority update.  Ends with per-share
+usage.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import tempfile
 
 from rich.console import Console
@@ -71,8 +73,10 @@ async def run_demo(console: Console, pause_s: float = 1.0, serve: bool = False,
                                  service_environment="se", host="demo-host", grace_s=2.0,
                                  heartbeat_s=0.5, host_timeout_s=3.0)  # fmt: skip
             tags = {"command": GPU_JOB}
+        # with a projector, as `up` runs one: the web view's usage over time reads it
         async with Stack(settings, executor=executor, speed=1.0, aws_port=0, agent=agent,
-                         executor_state_dir=data_dir, web_port=0) as stack:  # fmt: skip
+                         executor_state_dir=data_dir, web_port=0,
+                         projector_db=os.path.join(data_dir, "quotasched.duckdb")) as stack:  # fmt: skip
             what = ("the GPU agent on fake GPUs 0, 1, 2" if agent is not None
                     else "simulated executor")  # fmt: skip
             console.print(f"[bold]Embedded stack up[/] at {stack.url} "

@@ -115,9 +115,9 @@ def demo(
 ) -> None:
     """The official notebook's story, live: borrow, cross-share reclaim, in-share preemption.
 
-    Starts an embedded nats-server, the scheduler, the simulated executor and the AWS Batch
-    endpoint (its URL printed as AWS_ENDPOINT_URL_BATCH=...) in a temporary directory, submits
-    through the Python client and narrates the fact log as it grows.  --serve keeps it all up
+    Starts an embedded nats-server, the scheduler, the projector, the simulated executor and
+    the AWS Batch endpoint (its URL printed as AWS_ENDPOINT_URL_BATCH=...) in a temporary
+    directory, submits through the Python client and narrates the fact log as it grows.  --serve keeps it all up
     afterwards, for the real AWS CLI, boto3 or the SageMaker SDK.
     """
     console = Console()

@@ -274,3 +274,28 @@ def test_a_web_port_that_is_not_a_port_is_a_one_line_error(tmp_path, value):
     assert done.stderr.strip() == (f"quotasched up: --web-port must be a port (1-65535), 0 or "
                                    f"off, not {value!r}")  # fmt: skip
     assert not (tmp_path / "data" / "jetstream").exists()
+
+
+async def test_demo_serve_shows_usage_over_time_from_its_own_projector(tmp_path):
+    """Issue 32 point 4: under `demo --serve` the page's usage over time said "no projector is
+    running". The demo runs one, as `up` does: after the story, the usage of qs1 and qs2 (by
+    hand: both ran jobs) is there."""
+    demo = Process(["demo", "--serve"], {**os.environ, "COLUMNS": "200"}, tmp_path / "demo.log")
+    try:
+        deadline = time.monotonic() + 120
+        while "Serving the demo's queue q" not in demo.output():
+            assert demo.popen.poll() is None and time.monotonic() < deadline, demo.output()[-3000:]
+            await asyncio.sleep(0.2)
+        web = next(line.split("=", 1)[1] for line in demo.output().splitlines()
+                   if line.startswith("WEB="))  # fmt: skip
+        async with aiohttp.ClientSession() as session:
+            while True:
+                answer = await get(session, f"{web}/api/utilization?window=15m")
+                assert answer["available"], answer  # not "no projector is running"
+                shares = {row["quota_share"] for row in answer["rows"]}
+                if shares >= {"qs1", "qs2"} or time.monotonic() > deadline:
+                    break
+                await asyncio.sleep(0.2)
+        assert shares >= {"qs1", "qs2"}, answer
+    finally:
+        assert demo.stop() == 0, demo.output()[-3000:]
