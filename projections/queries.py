@@ -290,12 +290,13 @@ def _cursor(token: Any) -> int | None:
 
 
 def _created_bound(values: list | None) -> int | None:
-    if not values:
-        return None
+    """The scheduler's rule (`api.created_bound`), refused as this module refuses."""
+    from quotasched.services.scheduler.api import ApiError, created_bound
+
     try:
-        return int(values[0])
-    except (TypeError, ValueError):
-        raise QueryError(f"created-at filters take epoch milliseconds, not {values[0]!r}") from None
+        return created_bound(values)
+    except ApiError as error:
+        raise QueryError(str(error)) from None
 
 
 def get_job_queue_snapshot(con, request: dict) -> dict[str, Any]:

@@ -174,8 +174,8 @@ def list_service_jobs(state: State, request: dict, reads: ReadIndex | None = Non
     status = job_status_asked(request)
     limit = max_results(request.get("maxResults"))
     filters = list_filters(request.get("filters"))
-    before = _created_bound(filters.get("BEFORE_CREATED_AT"))
-    after = _created_bound(filters.get("AFTER_CREATED_AT"))
+    before = created_bound(filters.get("BEFORE_CREATED_AT"))
+    after = created_bound(filters.get("AFTER_CREATED_AT"))
     share_names = set(filters.get("QUOTA_SHARE_NAME", []))
     name_patterns = filters.get("JOB_NAME", [])
     use_status = not name_patterns and status != "ALL"
@@ -310,8 +310,9 @@ def _cursor(token: Any) -> int | None:
     raise ApiError("nextToken is not one this API gave")
 
 
-def _created_bound(values: list | None) -> int | None:
-    """AWS takes the creation-time bound as epoch milliseconds in the filter's values."""
+def created_bound(values: list | None) -> int | None:
+    """AWS takes the creation-time bound as epoch milliseconds in the filter's values (one
+    rule for the scheduler's answer and the projection's, projections/queries.py)."""
     if not values:
         return None
     try:
