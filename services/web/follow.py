@@ -1,5 +1,5 @@
 """Following the fact log for the web view: one small event per fact, fanned out to every open
-event stream, and the recent dispatches and preemptions of each job queue.
+event stream, and the recent dispatches, preemptions and ends of each job queue.
 
 The follower runs on the stack's event loop, beside the scheduler, so it does as little as it
 can per fact: the job queue, share and kind come from the subject (`qm.fact.<queue>.<share>.
@@ -23,10 +23,20 @@ from quotasched.services.nats.log import ALL_FACTS, read_log
 
 log = logs.get("quotasched.web")
 
-RECENT = 50  # dispatches and preemptions kept per job queue
+RECENT = 50  # dispatches, preemptions and ends kept per job queue
 LOOK_BACK = 5000  # facts read before the log's end at start, for the recent activity
 CLIENT_BACKLOG = 1000  # events queued for a slow page before it is told to re-fetch everything
-SHOWN_KINDS = ("JobDispatched", "JobPreempted")
+SHOWN_KINDS = ("JobDispatched", "JobPreempted")  # and the ends: SUCCEEDED, FAILED (`shown`)
+ENDS = ("SUCCEEDED", "FAILED")
+
+
+def shown(event: dict[str, Any]) -> bool:
+    """Is this fact one of the recent activity's: a dispatch, a preemption, or a job's end (a
+    completion, a failure, a termination)?"""
+    if event["jobQueue"] is None:
+        return False
+    return event["kind"] in SHOWN_KINDS or (event["kind"] == "JobStatusChanged"
+                                            and event.get("status") in ENDS)  # fmt: skip
 
 
 def event_of(seq: int, data: bytes, subject: str) -> dict[str, Any]:
@@ -43,6 +53,8 @@ def event_of(seq: int, data: bytes, subject: str) -> dict[str, Any]:
     if isinstance(payload, dict):
         event["jobId"] = payload.get("jobId")
         event["at"] = payload.get("at")
+        if kind == "JobStatusChanged":
+            event["status"] = payload.get("status")
     return event
 
 
@@ -78,13 +90,14 @@ class Follower:
             self.position = seq
             if isinstance(event.get("at"), (int, float)):
                 self.last_at = event["at"]
-            if event["kind"] in SHOWN_KINDS and event["jobQueue"] is not None:
+            if shown(event):
                 self.recent.setdefault(event["jobQueue"], deque(maxlen=RECENT)).append((event, data))
             for inbox in list(self.listeners):
                 self._put(inbox, event)
 
     def activity(self, job_queue: str) -> list[dict]:
-        """The queue's recent dispatches and preemptions, newest first, each with its sentence."""
+        """The queue's recent dispatches, preemptions and ends, newest first, each with its
+        sentence."""
         from quotasched.services.explain.narrate import sentence
 
         shown = []

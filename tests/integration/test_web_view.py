@@ -161,6 +161,16 @@ async def test_the_web_view_answers_what_the_scheduler_answers_and_pushes_facts(
             assert by_name["jobId"] == "extra" and by_name["job"]["jobName"] == "extra-run"
             assert by_name["text"].startswith("extra ")
 
+            # a job's end is in the recent activity too (issue 32): med, terminated
+            await bus.publish({"kind": "TerminateServiceJob", "jobId": "med", "reason": "test"},
+                              route=("q", "qs1"))  # fmt: skip
+            await next_event(stream, lambda e: e.get("jobId") == "med"
+                             and e["kind"] == "JobStatusChanged" and e.get("status") == "FAILED")
+            ended = (await get(session, f"{web}/api/activity?name=q"))["events"][0]
+            assert (ended["kind"], ended["jobId"], ended["status"]) == ("JobStatusChanged", "med",
+                                                                        "FAILED"), ended
+            assert "med" in ended["sentence"] and "FAILED" in ended["sentence"], ended
+
         # the page and its vendored Chart.js, offline; read-only
         async with session.get(f"{web}/") as page:
             html = await page.text()
