@@ -77,9 +77,10 @@ async def queue(bus, name: str) -> dict[str, Any]:
     """A job queue's shares (usage against limits, borrowed, lent) and heads, with why each
     waits as the scheduler's core says it (the snapshot's `waitingReason`, what `quotasched
     explain` tells)."""
-    shares, snapshot = await asyncio.gather(
+    shares, snapshot, environments = await asyncio.gather(
         bus.request("list-quota-shares", jobQueue=name),
-        bus.request("get-job-queue-snapshot", jobQueue=name))  # fmt: skip
+        bus.request("get-job-queue-snapshot", jobQueue=name),
+        bus.request("describe-service-environments"))  # fmt: skip
     units, rows = share_rows(shares["quotaShares"])
     fronts = snapshot["frontOfQuotaShares"]["quotaShares"]
     head_ids = {share: jobs[0]["jobArn"].rsplit("/", 1)[-1] for share, jobs in fronts.items() if jobs}
@@ -96,9 +97,24 @@ async def queue(bus, name: str) -> dict[str, Any]:
                       "status": job["status"], "createdAt": job["createdAt"],
                       "waitingCode": reasons[share].get("code"),
                       "waitingReason": reasons[share].get("message")})  # fmt: skip
+    total = snapshot["queueUtilization"]["totalCapacityUsage"]
     return {"jobQueue": name, "units": units, "shares": rows, "heads": heads,
-            "runnable": len(snapshot["frontOfQueue"]["jobs"]),
-            "totalCapacityUsage": snapshot["queueUtilization"]["totalCapacityUsage"]}  # fmt: skip
+            "runnable": len(snapshot["frontOfQueue"]["jobs"]), "totalCapacityUsage": total,
+            "environment": environment_of(environments["serviceEnvironments"], name, total)}
+
+
+def environment_of(environments: list[dict], queue: str, total: list[dict]) -> dict | None:
+    """The queue's service environment: its name, state, and per unit its maxCapacity and the
+    instances the queue holds of it (the snapshot's totalCapacityUsage)."""
+    found = next((env for env in environments if env.get("jobQueue") == queue), None)
+    if found is None:
+        return None
+    in_use = {item["capacityUnit"]: item["quantity"] for item in total}
+    return {"name": found["serviceEnvironmentName"], "state": found["state"],
+            "capacity": [{"capacityUnit": limit["capacityUnit"],
+                          "maxCapacity": limit["maxCapacity"],
+                          "inUse": in_use.get(limit["capacityUnit"], 0)}
+                         for limit in found["capacityLimits"]]}  # fmt: skip
 
 
 async def job(bus, js, job_id: str) -> dict[str, Any]:

@@ -108,6 +108,9 @@ async def test_the_web_view_answers_what_the_scheduler_answers_and_pushes_facts(
             # by hand: low (raised to 4) runs in qs1 after preempting high, b1 took qs2 back
             in_use = {row["quotaShareName"]: row["units"][UNIT]["inUse"] for row in view["shares"]}
             assert in_use == {"qs1": 1, "qs2": 1, "qs3": 0}
+            # the service environment: 3 instances, 2 of them in use (low and b1)
+            assert view["environment"] == {"name": "se", "state": "ENABLED", "capacity": [
+                {"capacityUnit": UNIT, "maxCapacity": 3, "inUse": 2}]}  # fmt: skip
             assert all(row["units"][UNIT]["borrowed"] == 0 for row in view["shares"])
             snapshot = await bus.request("get-job-queue-snapshot", jobQueue="q")
             heads = {share: jobs[0]["jobArn"].rsplit("/", 1)[-1]
@@ -258,7 +261,8 @@ async def test_the_page_shows_the_shares_and_updates_live_in_a_headless_browser(
     async with Browser(browser, tmp_path / "profile") as chromium:
         page = await chromium.open(f"{web}/?job=med")
         await chromium.until(page, lambda text: all(f"qs{n}" in text for n in (1, 2, 3))
-                             and "The story of job med" in text and reason in text,
+                             and "The story of job med" in text and reason in text
+                             and "service environment se (ENABLED):" in text,
                              f"the shares, med's story and why high waits: {reason}")  # fmt: skip
         async with Bus(nats) as bus:
             await bus.submit_and_wait({

@@ -80,6 +80,10 @@ async function loadQueue() {
   if (!state.queue) return;
   const answer = await get("/api/queue?name=" + encodeURIComponent(state.queue));
   $("units").textContent = answer.units.join(", ");
+  const env = answer.environment;
+  $("environment").textContent = env ? `service environment ${env.name} (${env.state}): ` +
+    env.capacity.map((c) => `${fmt(c.inUse)} of ${c.maxCapacity} ${c.capacityUnit} in use`).join(", ")
+    : "";
   const body = $("shares").tBodies[0];
   body.innerHTML = "";
   for (const share of answer.shares) {
