@@ -270,6 +270,12 @@ async def test_the_page_shows_the_shares_and_updates_live_in_a_headless_browser(
                 "jobQueue": "q", "quotaShareName": "qs3", "tags": {"duration": "600"},
                 "capacityUsage": [{"capacityUnit": UNIT, "quantity": 1}]})  # fmt: skip
         await chromium.until(page, lambda text: "live-one" in text, "the new job, pushed")
+        # the share filter (?share=, or its select): qs2's rows and activity only
+        only = await chromium.open(f"{web}/?share=qs2")
+        await chromium.until(only, lambda text: "b1 dispatched in qs2" in text
+                             and "no job waits at the head of qs2" in text
+                             and "high waits" not in text and "low dispatched" not in text,
+                             "qs2 alone")  # fmt: skip
         await asyncio.sleep(1.0)  # the charts' animation
         shot = await chromium.call("Page.captureScreenshot", page, format="png")
     image = base64.b64decode(shot["data"])

@@ -1,7 +1,8 @@
 // The live view: reads the JSON of /api/..., re-fetches what a pushed fact affects.
 "use strict";
 const $ = (id) => document.getElementById(id);
-const state = { queue: null, job: null, charts: {}, util: null };
+const state = { queue: null, share: "", job: null, charts: {}, util: null };
+const shown = (share) => !state.share || share === state.share;  // the share filter
 const COLOURS = { own: "#1976d2", borrowed: "#f57c00", lent: "#7cb342", idle: "#e0e0e0" };
 
 async function get(path) {
@@ -86,7 +87,16 @@ async function loadQueue() {
     : "";
   const body = $("shares").tBodies[0];
   body.innerHTML = "";
+  const filter = $("share-filter");
+  filter.innerHTML = '<option value="">all</option>';
   for (const share of answer.shares) {
+    const option = document.createElement("option");
+    option.textContent = share.quotaShareName;
+    filter.appendChild(option);
+  }
+  filter.value = answer.shares.some((s) => s.quotaShareName === state.share) ? state.share : "";
+  for (const share of answer.shares) {
+    if (!shown(share.quotaShareName)) continue;
     for (const unit of answer.units) {
       const u = share.units[unit];
       const row = body.insertRow();
@@ -103,7 +113,8 @@ async function loadQueue() {
   for (const unit of answer.units) shareChart(unit, answer.shares);
   const heads = $("heads").tBodies[0];
   heads.innerHTML = "";
-  for (const head of answer.heads) {
+  const listed = answer.heads.filter((head) => shown(head.quotaShareName));
+  for (const head of listed) {
     const row = heads.insertRow();
     cell(row, head.quotaShareName);
     cell(row, head.jobName === head.jobId ? head.jobId : `${head.jobName} (${head.jobId})`);
@@ -111,7 +122,8 @@ async function loadQueue() {
     cell(row, head.status);
     cell(row, head.waitingReason || "");
   }
-  if (!answer.heads.length) cell(heads.insertRow(), "no job waits at the head of any share");
+  if (!listed.length) cell(heads.insertRow(), "no job waits at the head of " +
+                              (state.share ? state.share : "any share"));
 }
 
 async function loadActivity() {
@@ -119,14 +131,15 @@ async function loadActivity() {
   const answer = await get("/api/activity?name=" + encodeURIComponent(state.queue));
   const list = $("activity");
   list.innerHTML = "";
-  for (const event of answer.events) {
+  const events = answer.events.filter((event) => shown(event.quotaShareName));
+  for (const event of events) {
     const item = document.createElement("li");
     item.className = event.kind;
     const when = event.at ? new Date(event.at * 1000).toLocaleTimeString() + " " : "";
     item.textContent = `${when}${event.sentence}`;
     list.appendChild(item);
   }
-  if (!answer.events.length) list.textContent = "nothing dispatched or preempted yet";
+  if (!events.length) list.textContent = "nothing dispatched, preempted or ended yet";
 }
 
 async function loadJob() {
@@ -238,6 +251,13 @@ $("queue").addEventListener("change", (e) => {
   state.queue = e.target.value;
   refresh("queue", "activity", "utilization");
 });
+$("share-filter").addEventListener("change", (e) => {
+  state.share = e.target.value;
+  const params = new URLSearchParams(location.search);
+  if (state.share) params.set("share", state.share); else params.delete("share");
+  history.replaceState(null, "", "?" + params);
+  refresh("queue", "activity");
+});
 $("window").addEventListener("change", () => refresh("utilization"));
 $("search").addEventListener("submit", (e) => {
   e.preventDefault();
@@ -251,6 +271,7 @@ $("search").addEventListener("submit", (e) => {
 (async () => {
   const params = new URLSearchParams(location.search);
   state.job = params.get("job");
+  state.share = params.get("share") || "";
   if (state.job) $("job-id").value = state.job;
   try { await loadQueues(); } catch (error) { $("util-note").textContent = String(error); }
   if (params.get("queue")) state.queue = params.get("queue");
