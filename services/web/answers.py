@@ -98,9 +98,28 @@ async def queue(bus, name: str) -> dict[str, Any]:
                       "waitingCode": reasons[share].get("code"),
                       "waitingReason": reasons[share].get("message")})  # fmt: skip
     total = snapshot["queueUtilization"]["totalCapacityUsage"]
+    counts = await job_counts(bus.nc, name)
+    for row in rows:
+        row["jobs"] = None if counts is None else counts.get(row["quotaShareName"], {})
     return {"jobQueue": name, "units": units, "shares": rows, "heads": heads,
             "runnable": len(snapshot["frontOfQueue"]["jobs"]), "totalCapacityUsage": total,
             "environment": environment_of(environments["serviceEnvironments"], name, total)}
+
+
+async def job_counts(nc, queue: str) -> dict[str, dict[str, int]] | None:
+    """Per share of `queue`, its jobs pending (RUNNABLE) and admitted (SCHEDULED, STARTING,
+    RUNNING), as Kueue's ClusterQueue status counts them: the projector's `jobs` table, a
+    moment behind the scheduler (the scheduler keeps no count it could give within a read's
+    bounded work); None when no projector answers."""
+    sql = ("SELECT quota_share, count(*) FILTER (WHERE status = 'RUNNABLE') AS pending, "
+           "count(*) FILTER (WHERE status IN ('SCHEDULED', 'STARTING', 'RUNNING')) AS admitted "
+           f"FROM jobs WHERE job_queue = '{queue.replace(chr(39), chr(39) * 2)}' GROUP BY ALL")
+    try:
+        answer = await ask_projector(nc, "sql", timeout=5.0, sql=sql, limit=10_000)
+    except (ProjectorUnavailable, ProjectorError):
+        return None
+    return {share: {"pending": pending, "admitted": admitted}
+            for share, pending, admitted in answer["rows"]}  # fmt: skip
 
 
 def environment_of(environments: list[dict], queue: str, total: list[dict]) -> dict | None:

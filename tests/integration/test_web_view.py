@@ -108,6 +108,17 @@ async def test_the_web_view_answers_what_the_scheduler_answers_and_pushes_facts(
             # by hand: low (raised to 4) runs in qs1 after preempting high, b1 took qs2 back
             in_use = {row["quotaShareName"]: row["units"][UNIT]["inUse"] for row in view["shares"]}
             assert in_use == {"qs1": 1, "qs2": 1, "qs3": 0}
+            # per share, jobs pending / admitted (from the projection, a moment behind): by
+            # hand, qs1 has high and med waiting and low running, qs2 runs b1, qs3 nothing
+            async def counted():
+                view = await get(session, f"{web}/api/queue?name=q")
+                return {row["quotaShareName"]: row["jobs"] for row in view["shares"]}
+            deadline = time.monotonic() + 30
+            while (counts := await counted()) != {"qs1": {"pending": 2, "admitted": 1},
+                                                   "qs2": {"pending": 0, "admitted": 1},
+                                                   "qs3": {}}:  # fmt: skip
+                assert time.monotonic() < deadline, counts
+                await asyncio.sleep(0.2)
             # the service environment: 3 instances, 2 of them in use (low and b1)
             assert view["environment"] == {"name": "se", "state": "ENABLED", "capacity": [
                 {"capacityUnit": UNIT, "maxCapacity": 3, "inUse": 2}]}  # fmt: skip

@@ -103,6 +103,7 @@ async function loadQueue() {
       row.dataset.share = share.quotaShareName;
       cell(row, share.quotaShareName);
       cell(row, share.strategy + (share.borrowLimit != null ? ` (borrow limit ${share.borrowLimit}%)` : ""));
+      cell(row, share.jobs ? `${share.jobs.pending || 0} / ${share.jobs.admitted || 0}` : "–");
       cell(row, unit);
       cell(row, `${u.inUse} / ${u.limit}`);
       cell(row, u.borrowed ? `${u.borrowed} (${pairs(u.borrowedFrom)})` : "0");
