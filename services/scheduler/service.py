@@ -20,6 +20,7 @@ import time
 from typing import Any
 
 from nats.aio.client import Client
+from nats.errors import Error as NatsError
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import APIError, KeyWrongLastSequenceError, NotFoundError
 
@@ -94,8 +95,11 @@ class Scheduler(Writer):
             except LogIncomplete:  # facts are gone for good: retrying cannot help
                 raise
             except Exception as error:  # the log unreadable for now: start over, later
+                # the bus's own hiccups (a timeout, a closed connection while a server
+                # restarts) in one line; anything else with its traceback
+                transient = isinstance(error, (NatsError, asyncio.TimeoutError, OSError))
                 log.error("could not follow the log", partition=self.partition,
-                          error=repr(error), exc_info=True)  # fmt: skip
+                          error=repr(error), exc_info=not transient)  # fmt: skip
                 self._warm = None
                 await sleep_or(stop, self.settings.lease_ttl_s / 4)
                 continue
