@@ -255,6 +255,7 @@ class FactAppender:
         self._token = 0
         self._sub = None
         self.serial = False
+        self.wait_previous_s = 5.0  # for the previous append's ack, before this one is sent
 
     async def start(self) -> FactAppender:
         self._sub = await self.nc.subscribe(f"{self._inbox}.*", cb=self._on_ack)
@@ -293,31 +294,57 @@ class FactAppender:
             return await self._atomic(messages)
         return await self._pipelined(messages)
 
-    async def _one_by_one(self, messages: list[tuple[str, bytes, dict[str, str]]],
-                          timeout: float = 5.0) -> list[asyncio.Future]:  # fmt: skip
+    async def _one_by_one(self, messages: list[tuple[str, bytes, dict[str, str]]]
+                          ) -> list[asyncio.Future]:  # fmt: skip
         """A few messages, each fenced on the sequence the one before it got (its ack): a
         round trip each, cheaper than the fsync of an atomic commit for a batch this small."""
         future = self._previous
         for message in messages:
-            if not await self._landed(future, timeout):
-                return [future]
+            failed = await self._landed(future)
+            if failed is not None:
+                return [failed]
             [future] = await self._pipelined([message])
         self._previous = future
         return [future]
 
-    async def _landed(self, future: asyncio.Future | None, timeout: float) -> bool:
-        """Wait for the previous append; its sequence is where the next one is fenced.  False
-        if it failed: its future then speaks for what follows, and nothing more is sent."""
-        if future is None:
-            return True
-        try:
-            self.next_expected = await asyncio.wait_for(asyncio.shield(future), timeout)
-        except (AppendRefused, asyncio.TimeoutError, TimeoutError, asyncio.CancelledError):
-            return False
-        return True
+    async def _landed(self, future: asyncio.Future | None) -> asyncio.Future | None:
+        """Wait for the previous append; its sequence is where the next one is fenced.  None
+        once it landed; else a failed future that speaks for this append and every later one
+        (nothing more is sent: the term ends on it).
 
-    async def _atomic(self, messages: list[tuple[str, bytes, dict[str, str]]],
-                      timeout: float = 5.0) -> list[asyncio.Future]:  # fmt: skip
+        That future is never the previous one while it is still unanswered: an ack that comes
+        after `wait_previous_s` would resolve it, and this append, never sent, would pass for
+        stored (its commands acked, their facts lost; the next append, fenced where the late
+        one ended, would be stored after the gap)."""
+        if future is None:
+            return None
+        if not future.done():
+            try:
+                await asyncio.wait_for(asyncio.shield(future), self.wait_previous_s)
+            except (asyncio.TimeoutError, TimeoutError):
+                return self._broken(f"the previous append was unanswered after "
+                                    f"{self.wait_previous_s:g} s")  # fmt: skip
+            except AppendRefused:
+                pass
+            except asyncio.CancelledError:
+                if not future.cancelled():
+                    raise  # this task is cancelled, not the append
+        if future.cancelled():
+            return self._broken("the previous append was cancelled")
+        if future.exception() is not None:
+            self._previous = future
+            return future
+        self.next_expected = future.result()
+        return None
+
+    def _broken(self, why: str) -> asyncio.Future:
+        """A failed future standing for this append and every later one."""
+        future = self._previous = asyncio.get_running_loop().create_future()
+        future.set_exception(TimeoutError(f"{why}; nothing after it was sent"))
+        return future
+
+    async def _atomic(self, messages: list[tuple[str, bytes, dict[str, str]]]
+                      ) -> list[asyncio.Future]:  # fmt: skip
         """The messages as atomic batches (all or nothing, at most ATOMIC_BATCH_LIMIT each),
         the first message of each fenced on where the previous batch ended.  A batch is sent
         once the previous one's commit answered; if that one failed, its future speaks for
@@ -325,8 +352,9 @@ class FactAppender:
         loop = asyncio.get_running_loop()
         future = self._previous
         for start in range(0, len(messages), ATOMIC_BATCH_LIMIT):
-            if not await self._landed(future, timeout):
-                return [future]
+            failed = await self._landed(future)
+            if failed is not None:
+                return [failed]
             chunk = messages[start:start + ATOMIC_BATCH_LIMIT]
             self._token += 1
             batch_id = f"{self._inbox.rsplit('.', 1)[-1]}-{self._token}"

@@ -1,0 +1,64 @@
+"""The fact appender's chain when an ack comes late.
+
+Found in a fresh-clone run of test_broker_faults (the fact log's leader killed under load):
+one command's fact never reached the log while the next one's did.  An append waits for the
+previous one's ack before it is sent; when that wait ran out, the append handed back the
+previous append's own future.  The ack came a little later, resolved it, and the append that
+was never sent passed for stored: its commands were acked, and the next append, fenced where
+the late one ended, was stored after the gap.  Here the late ack is real: the server is
+paused (SIGSTOP) while an append is in flight, for longer than the appender waits."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+
+import pytest
+
+from quotasched.events.subjects import FACTS_STREAM, fact_subject
+from quotasched.services.client import Bus
+from quotasched.services.nats.bus import FactAppender, ensure_streams
+from quotasched.services.nats.log import ALL_FACTS
+from quotasched.services.settings import Settings
+
+pytestmark = pytest.mark.nats
+
+
+def message(n: int) -> tuple[str, bytes, dict[str, str]]:
+    subject = fact_subject("JobSubmitted", "fq", "alpha")
+    return subject, b'{"n": %d}' % n, {"Nats-Msg-Id": f"t:{n}:0"}
+
+
+async def stored(js) -> list[bytes]:
+    info = await js.stream_info(FACTS_STREAM)
+    return [(await js.get_msg(FACTS_STREAM, seq)).data for seq in range(1, info.state.last_seq + 1)]
+
+
+async def test_an_append_sent_after_a_late_ack_never_passes_for_stored(nats_server):
+    async with Bus(nats_server.url) as bus:
+        await ensure_streams(bus.js, Settings())
+        # shared: each append waits for the previous one's ack (as on a replicated stream)
+        appender = await FactAppender(bus.nc, ALL_FACTS, 0, shared=True).start()
+        appender.wait_previous_s = 1.0
+        try:
+            (first,) = await appender.append([message(1)])
+            assert await asyncio.wait_for(first, 5) == 1
+
+            os.kill(nats_server.process.pid, signal.SIGSTOP)
+            try:
+                (late,) = await appender.append([message(2)])  # sent; the ack waits
+                (unsent,) = await appender.append([message(3)])  # the wait runs out
+            finally:
+                os.kill(nats_server.process.pid, signal.SIGCONT)
+            assert await asyncio.wait_for(late, 10) == 2  # the late ack resolves it
+            (after,) = await appender.append([message(4)])  # the chain stays broken
+
+            for future in (unsent, after):
+                assert future.done()
+                with pytest.raises(TimeoutError, match="unanswered after 1 s; nothing after it"):
+                    future.result()
+            await asyncio.sleep(0.5)  # anything sent by mistake would be stored by now
+            assert await stored(bus.js) == [b'{"n": 1}', b'{"n": 2}']
+        finally:
+            await appender.close()
