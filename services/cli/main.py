@@ -138,7 +138,7 @@ def demo(
         except KeyboardInterrupt:
             pass
         return
-    from quotasched.services.explain.narrate import sentence
+    from quotasched.services.explain.narrate import Names, sentence
 
     path = file or EXAMPLES / "notebook.jsonl"
     state = State()
@@ -148,10 +148,12 @@ def demo(
     table.add_column("at", justify="right")
     table.add_column("fact")
     table.add_column("what happened")
+    names = Names()
     for fact in facts:
+        names.see(fact)
         if fact.kind.endswith("Created") and fact.kind != "QuotaShareCreated":
             continue
-        table.add_row(f"{fact.at:g}", fact.kind, sentence(fact))
+        table.add_row(f"{fact.at:g}", fact.kind, sentence(fact, names))
     console.print(table)
     _print_usage(console, state)
 

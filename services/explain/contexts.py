@@ -11,7 +11,7 @@ from quotasched.services.scheduler.core import State
 from quotasched.services.scheduler.core.accounting import contribution
 from quotasched.services.scheduler.core.entities import Environment, Job, Queue
 from quotasched.services.scheduler.core.ordering import cross_share_victim_order, in_share_victim_order
-from quotasched.services.scheduler.core.waiting import blockers
+from quotasched.services.scheduler.core.waiting import blockers, label, who
 from quotasched.services.scheduler.core.waiting import moment as _time
 
 # -- contexts, read right before a fact --------------------------------------------------------
@@ -76,7 +76,7 @@ def _preemption_context(state: State, fact: F.JobPreempted, victims: list[F.JobP
         candidates = [job for other in over for job in other.dispatched.values()
                       if any(unit in units for unit, _ in job.need)]  # fmt: skip
         key, criteria = cross_share_victim_order(units), _CROSS_CRITERIA
-        why = (f"{preemptor.job_id} (priority {preemptor.priority}) heads {share.name} and fits "
+        why = (f"{label(preemptor)} (priority {preemptor.priority}) heads {share.name} and fits "
                f"within its own limit, but {'; '.join(found) or 'there was no room'}; so the "
                f"capacity lent to shares over their limits "
                f"({', '.join(other.name for other in over)}) was reclaimed.")
@@ -85,7 +85,7 @@ def _preemption_context(state: State, fact: F.JobPreempted, victims: list[F.JobP
         candidates = [job for job in share.dispatched.values()
                       if job.priority < preemptor.priority and any(u in units for u, _ in job.need)]
         key, criteria = in_share_victim_order(units), _IN_SHARE_CRITERIA
-        why = (f"{preemptor.job_id} (priority {preemptor.priority}) heads {share.name}, where "
+        why = (f"{label(preemptor)} (priority {preemptor.priority}) heads {share.name}, where "
                f"in-share preemption is ENABLED, and could not be dispatched otherwise: "
                f"{'; '.join(found) or 'there was no room'}; so {share.name}'s jobs of lower "
                f"priority could be preempted.")
@@ -94,11 +94,11 @@ def _preemption_context(state: State, fact: F.JobPreempted, victims: list[F.JobP
     listed = ", ".join(_candidate(job, units, fact.reason) for job in ranked)
     text = (f"Why: {why} Right before: {_usage(queue, environment, units)}. Candidates in the "
             f"rule's order ({order}): {listed or 'none'}.")
-    victim_ids = [victim.job_id for victim in victims]
+    victim_ids = [who(state, victim.job_id) for victim in victims]
     for job in ranked:
         if job.job_id in chosen and (job.job_id == job_id or preemptor.job_id == job_id):
             because = _chosen_because(job, ranked, chosen, key, criteria)
-            text += f" {job.job_id} was chosen because {because}."
+            text += f" {label(job)} was chosen because {because}."
     if len(victim_ids) > 1:
         text += f" Victims, the fewest that make room: {', '.join(victim_ids)}."
     return text
@@ -113,7 +113,7 @@ def _candidate(job: Job, units: set[str], reason: PreemptionReason) -> str:
     parts.append(f"priority {job.priority}")
     if job.dispatched_at is not None:
         parts.append(f"dispatched at {_time(job.dispatched_at)}")
-    return f"{job.job_id} ({', '.join(parts)})"
+    return f"{label(job)} ({', '.join(parts)})"
 
 
 def _chosen_because(job: Job, ranked: list[Job], chosen: set[str], key, criteria) -> str:
@@ -123,19 +123,19 @@ def _chosen_because(job: Job, ranked: list[Job], chosen: set[str], key, criteria
     other = others[0]  # the best-ranked candidate that was spared
     mine, theirs = key(job), key(other)
     if theirs < mine:
-        return (f"it alone frees enough room, although {other.job_id} ranks before it (the rule "
+        return (f"it alone frees enough room, although {label(other)} ranks before it (the rule "
                 "prefers the fewest victims)")  # fmt: skip
     index = next((i for i, (a, b) in enumerate(zip(mine, theirs)) if a != b), len(criteria) - 1)
     criterion = criteria[index]
     if criterion == "borrowing":
         borrowed = ", ".join(f"{n} x {u}" for u, n in job.borrowed)
         return (f"it was borrowing ({borrowed} beyond {job.share}'s limit when it was dispatched) "
-                f"and {other.job_id} was not")  # fmt: skip
+                f"and {label(other)} was not")  # fmt: skip
     if criterion == "priority":
-        return f"it had the lowest priority ({job.priority}; {other.job_id} has {other.priority})"
+        return f"it had the lowest priority ({job.priority}; {label(other)} has {other.priority})"
     if criterion == "recency":
         return (f"it was the most recently dispatched (at {_time(job.dispatched_at)}; "
-                f"{other.job_id} at {_time(other.dispatched_at)}), so the least work is lost")
+                f"{label(other)} at {_time(other.dispatched_at)}), so the least work is lost")
     if criterion == "size":
-        return f"it holds fewer instances than {other.job_id}"
-    return f"the final tie-break (job id) puts it before {other.job_id}"
+        return f"it holds fewer instances than {label(other)}"
+    return f"the final tie-break (job id) puts it before {label(other)}"

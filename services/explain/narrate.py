@@ -2,45 +2,65 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from quotasched.events import facts as F
+from quotasched.events.labels import job_label
 
 
 def _units(items) -> str:
     return ", ".join(f"{item.quantity} x {item.capacity_unit}" for item in items)
 
 
-def sentence(fact: F.Fact) -> str:
-    """One line saying what happened; every fact kind has one."""
+class Names(dict):
+    """Job id -> label (`events.labels`), learnt from the JobSubmitted facts seen so far: a
+    reader that follows a log from its start (the demo, `replay --pretty`) passes it to
+    `sentence` so that jobs read by name, not by UUID."""
+
+    def see(self, fact: F.Fact) -> None:
+        if isinstance(fact, F.JobSubmitted) and fact.job_name and fact.job_name != fact.job_id:
+            self[fact.job_id] = job_label(fact.job_id, fact.job_name)
+
+
+def sentence(fact: F.Fact, names: Mapping[str, str] | None = None) -> str:
+    """One line saying what happened; every fact kind has one.  `names` labels the jobs it
+    knows (`Names`); others read by id."""
+    known = names or {}
+
+    def who(job_id: str) -> str:
+        return known.get(job_id, job_id)
+
     match fact:
         case F.JobSubmitted():
-            return (f"{fact.job_id} submitted to {fact.quota_share_name} "
+            return (f"{job_label(fact.job_id, fact.job_name)} submitted to {fact.quota_share_name} "
                     f"(priority {fact.scheduling_priority}, needs {_units(fact.capacity_usage)})")
         case F.JobDispatched():
-            text = f"{fact.job_id} dispatched in {fact.quota_share_name} (attempt {fact.attempt})"
+            text = f"{who(fact.job_id)} dispatched in {fact.quota_share_name} (attempt {fact.attempt})"
             if fact.borrowed:
                 text += f", borrowing {_units(fact.borrowed)}"
             if fact.after_preemption_of:
-                text += f", once {', '.join(fact.after_preemption_of)} stopped"
+                text += f", once {', '.join(map(who, fact.after_preemption_of))} stopped"
             return text
         case F.JobPreempted():
-            return (f"{fact.job_id} preempted by {fact.preemptor_job_id} "
+            return (f"{who(fact.job_id)} preempted by {who(fact.preemptor_job_id)} "
                     f"({fact.reason.value}), {fact.outcome.value.lower()}; "
                     f"preempted {fact.preempted_attempt_count} time(s)")
         case F.JobPriorityUpdated():
-            return f"{fact.job_id} priority set to {fact.scheduling_priority}"
+            return f"{who(fact.job_id)} priority set to {fact.scheduling_priority}"
         case F.JobStatusChanged():
             reason = f": {fact.status_reason}" if fact.status_reason else ""
-            return f"{fact.job_id} is {fact.status.value} ({fact.cause.value.lower()}){reason}"
+            return f"{who(fact.job_id)} is {fact.status.value} ({fact.cause.value.lower()}){reason}"
         case F.ShareBlocked():
-            return f"{fact.quota_share_name} blocked by its head job {fact.job_id}: {fact.status_reason}"
+            return (f"{fact.quota_share_name} blocked by its head job {who(fact.job_id)}: "
+                    f"{fact.status_reason}")
         case F.CommandRejected():
             return f"{fact.command_kind} rejected: {fact.status_reason}"
         case F.SubmissionDeduplicated():
-            return f"submission repeated: {fact.job_id} already exists"
+            return f"submission repeated: {who(fact.job_id)} already exists"
         case F.JobReportIgnored():
-            return f"report {fact.status.value} for {fact.job_id} ignored: {fact.status_reason}"
+            return f"report {fact.status.value} for {who(fact.job_id)} ignored: {fact.status_reason}"
         case F.JobExpired():
-            return (f"{fact.job_id} forgotten by the scheduler ({fact.status.value} since "
+            return (f"{who(fact.job_id)} forgotten by the scheduler ({fact.status.value} since "
                     f"{fact.ended_at:g} s, its queue's retention passed); the log and the "
                     "projection keep its record")  # fmt: skip
         case F.QuotaShareCreated() | F.QuotaShareUpdated():

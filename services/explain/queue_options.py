@@ -19,7 +19,9 @@ from quotasched.services.scheduler.core.waiting import (
     amount,
     borrower_heads,
     has_order_options,
+    label,
     order_clauses,
+    who,
 )
 
 __all__ = ["amount", "passed_over", "went_before"]
@@ -40,7 +42,7 @@ def passed_over(state: State, fact: F.Fact, job_id: str) -> str | None:
         return None
     chosen = pairs[ids.index(fact.job_id)][1]
     fifo = " (first come, first served would have served it first)" if job.seq < chosen.seq else ""
-    return (f"{fact.job_id} of {fact.quota_share_name}, also waiting to borrow, was dispatched "
+    return (f"{who(state, fact.job_id)} of {fact.quota_share_name}, also waiting to borrow, was dispatched "
             f"ahead of it{fifo}; " + "; ".join(order_clauses(queue, pairs, fact.at)) + ".")
 
 
@@ -55,8 +57,8 @@ def went_before(state: State, fact: F.JobDispatched) -> str | None:
         return None
     chosen = pairs[ids.index(fact.job_id)][1]
     after = [head for _, head in pairs[ids.index(fact.job_id) + 1:]]
-    earlier = [head.job_id for head in after if head.seq < chosen.seq]
+    earlier = [label(head) for head in after if head.seq < chosen.seq]
     fifo = (f" (first come, first served would have served {' and '.join(earlier)} first)"
             if earlier else "")  # fmt: skip
-    return (f"it went before {', '.join(head.job_id for head in after)}, which also waited to "
+    return (f"it went before {', '.join(label(head) for head in after)}, which also waited to "
             f"borrow{fifo}; " + "; ".join(order_clauses(queue, pairs, fact.at)))

@@ -8,29 +8,34 @@ from __future__ import annotations
 from typing import Any
 
 from quotasched.events import facts as F
+from quotasched.events.labels import job_label
 from quotasched.events.values import JobStatus, PreemptionOutcome, StatusCause
 from quotasched.services.explain.narrate import sentence as narrate
 from quotasched.services.scheduler.core import State
+from quotasched.services.scheduler.core.waiting import who
 
 
 def _sentence(state: State, fact: F.Fact, job_id: str, before: Any, context: str | None,
               preempted_for: dict[str, list[F.JobPreempted]]) -> str | None:  # fmt: skip
+    """The fact's sentence, naming jobs by their labels (`events.labels`): `job_id` is the
+    job whose story is told."""
+    me = who(state, job_id)
     match fact:
         case F.JobSubmitted():
-            return (f"{job_id} was submitted to quota share {fact.quota_share_name} of job queue "
-                    f"{fact.job_queue} with priority {fact.scheduling_priority}, needing "
+            return (f"{job_label(job_id, fact.job_name)} was submitted to quota share "
+                    f"{fact.quota_share_name} of job queue {fact.job_queue} with priority {fact.scheduling_priority}, needing "
                     f"{_units(fact.capacity_usage)}.")  # fmt: skip
         case F.SubmissionDeduplicated():
-            return f"A repeated submission of {job_id} was recognised; no second job was created."
+            return f"A repeated submission of {me} was recognised; no second job was created."
         case F.CommandRejected():
             article = "An" if fact.command_kind[:1] in "AEIOU" else "A"
-            return (f"{article} {fact.command_kind} command for {job_id} was refused: "
+            return (f"{article} {fact.command_kind} command for {me} was refused: "
                     f"{fact.status_reason}")
         case F.JobPriorityUpdated():
             old = f" from {before}" if before is not None else ""
-            return f"{job_id}'s priority was changed{old} to {fact.scheduling_priority}."
+            return f"{me}'s priority was changed{old} to {fact.scheduling_priority}."
         case F.JobDispatched():
-            return _dispatched_sentence(fact, before, preempted_for.get(job_id, []))
+            return _dispatched_sentence(state, fact, before, preempted_for.get(job_id, []))
         case F.JobPreempted() if fact.job_id == job_id:
             outcome = (
                 f"It went back to RUNNABLE, keeping its place in line (preempted "
@@ -39,31 +44,39 @@ def _sentence(state: State, fact: F.Fact, job_id: str, before: Any, context: str
                 f"Its preemptionRetriesBeforeTermination were used up: it FAILED (preempted "
                 f"{fact.preempted_attempt_count} time(s))."
             )  # fmt: skip
-            return (f"{job_id} (attempt {fact.attempt}) was preempted by {fact.preemptor_job_id} "
-                    f"under {fact.reason.value}. {context or ''} {outcome}").replace("  ", " ")
+            return (f"{me} (attempt {fact.attempt}) was preempted by "
+                    f"{who(state, fact.preemptor_job_id)} under {fact.reason.value}. {context or ''} {outcome}").replace("  ", " ")
         case F.JobPreempted():  # the job is the preemptor
             victims = preempted_for.get(job_id, [])
             first = victims and victims[0] is fact
-            text = (f"{job_id} preempted {fact.job_id} of quota share {fact.quota_share_name} "
-                    f"under {fact.reason.value} ({fact.job_id} {fact.outcome.value.lower()}).")
+            victim = who(state, fact.job_id)
+            text = (f"{me} preempted {victim} of quota share {fact.quota_share_name} "
+                    f"under {fact.reason.value} ({victim} {fact.outcome.value.lower()}).")
             return f"{text} {context}" if first and context else text
         case F.ShareBlocked():
-            return (f"{job_id} heads quota share {fact.quota_share_name} but can never fit as "
+            return (f"{me} heads quota share {fact.quota_share_name} but can never fit as "
                     f"configured, so the share is blocked behind it: \"{fact.status_reason}\"")
         case F.JobStatusChanged():
-            return _status_sentence(fact, job_id)
+            return _status_sentence(fact, me)
         case F.JobReportIgnored():
-            return f"A status report was ignored: {narrate(fact)}."
-    return narrate(fact)
+            return f"A status report was ignored: {narrate(fact, _labels(state, fact))}."
+    return narrate(fact, _labels(state, fact))
 
 
-def _dispatched_sentence(fact: F.JobDispatched, before: dict | None,
+def _labels(state: State, fact: F.Fact) -> dict[str, str]:
+    """The labels of the jobs a fact names, for its one-line narration."""
+    ids = [getattr(fact, "job_id", None), getattr(fact, "preemptor_job_id", None)]
+    return {job_id: who(state, job_id) for job_id in ids if job_id}
+
+
+def _dispatched_sentence(state: State, fact: F.JobDispatched, before: dict | None,
                          preemptions: list[F.JobPreempted]) -> str:  # fmt: skip
-    text = (f"{fact.job_id} was dispatched in quota share {fact.quota_share_name} "
+    text = (f"{who(state, fact.job_id)} was dispatched in quota share {fact.quota_share_name} "
             f"(attempt {fact.attempt})")
     if fact.after_preemption_of:
         reasons = sorted({p.reason.value for p in preemptions}) or ["preemption"]
-        text += (f" once {', '.join(fact.after_preemption_of)} stopped (preempted by it under "
+        stopped = ", ".join(who(state, victim) for victim in fact.after_preemption_of)
+        text += (f" once {stopped} stopped (preempted by it under "
                  f"{' and '.join(reasons)})")
     if before is None:
         return text + "."
@@ -80,6 +93,7 @@ def _dispatched_sentence(fact: F.JobDispatched, before: dict | None,
 
 
 def _status_sentence(fact: F.JobStatusChanged, job_id: str) -> str:
+    """`job_id`: how the sentence names the job (its label)."""
     reason = f": {fact.status_reason}" if fact.status_reason else ""
     status = fact.status
     if status is JobStatus.SUCCEEDED:

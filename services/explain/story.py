@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from quotasched.events import facts as F
+from quotasched.events.labels import job_label
 from quotasched.events.values import JobStatus
 from quotasched.services.explain.contexts import _dispatch_context, _preemption_context
 from quotasched.services.explain.queue_options import passed_over
@@ -18,7 +19,7 @@ from quotasched.services.explain.waiting import _waiting
 from quotasched.services.scheduler.core import State, evolve
 from quotasched.services.scheduler.core.entities import Job
 from quotasched.services.scheduler.core.waiting import moment as _time
-from quotasched.services.scheduler.core.waiting import when
+from quotasched.services.scheduler.core.waiting import when, who
 
 WAITING = "Waiting"  # the kind of an entry derived from the state, not a fact of its own
 
@@ -33,6 +34,16 @@ class Entry:
     def document(self) -> dict[str, Any]:
         return {"at": self.at, "commandSeq": self.command_seq, "kind": self.kind,
                 "sentence": self.sentence}  # fmt: skip
+
+
+class Told(list):
+    """A job's story: its entries, and the job's name (empty when no fact gave it), which
+    `render` puts first where it names the job (`events.labels`)."""
+
+    def __init__(self, entries: Iterable[Entry] = (), job_id: str = "", name: str = "") -> None:
+        super().__init__(entries)
+        self.job_id = job_id
+        self.name = name
 
 
 class InconsistentLog(ValueError):
@@ -70,9 +81,10 @@ class Story:
             self._flush()
         self._group.append(fact)
 
-    def close(self) -> list[Entry]:
+    def close(self) -> Told:
         self._flush()
-        return self.entries
+        job = self.state.jobs.get(self.job_id)
+        return Told(self.entries, self.job_id, job.job_name if job is not None else "")
 
     def _flush(self) -> None:
         group, self._group = self._group, []
@@ -107,7 +119,7 @@ class Story:
                 self.entries.append(Entry(fact.at, fact.command_seq, fact.kind, text))
 
 
-def explain(facts: Iterable[F.Fact], job_id: str) -> list[Entry]:
+def explain(facts: Iterable[F.Fact], job_id: str) -> Told:
     """The story of `job_id` as the facts tell it (empty when no fact names the job)."""
     story = Story(job_id)
     for fact in facts:
@@ -132,7 +144,8 @@ def _step(state: State, seq: int, group: list[F.Fact], job_id: str, story: list[
             passed = passed_over(state, fact, job_id)  # read right before the other's dispatch
             evolve(state, fact)
             if passed is not None:
-                story.append(Entry(fact.at, seq, fact.kind, f"{job_id} waits (RUNNABLE): {passed}"))
+                story.append(Entry(fact.at, seq, fact.kind,
+                                   f"{who(state, job_id)} waits (RUNNABLE): {passed}"))
         job = state.jobs.get(job_id)
         if job is None or job.status is not JobStatus.RUNNABLE:
             return last_wait
@@ -225,7 +238,9 @@ def render(entries: list[Entry], job_id: str) -> str:
     story: one entry per fact, its long explanation split at its parts (Why, Right before,
     Candidates...) and clauses, one per line (never inside a clause, so a search for a phrase
     still finds it), times as ISO timestamps (or `t=…` for logical times)."""
-    lines = [headline(entries, job_id), "", f"The story of job {job_id}, from the fact log:"]
+    name = getattr(entries, "name", "")
+    title = f"{name} (job id {job_id})" if name and name != job_id else job_id
+    lines = [headline(entries, job_id), "", f"The story of job {title}, from the fact log:"]
     for entry in entries:
         for number, part in enumerate(_parts(entry.sentence)):
             clauses = part.split("; ")
@@ -241,17 +256,18 @@ def headline(entries: list[Entry], job_id: str) -> str:
     """`med is waiting: it is behind higher-priority job high … (since t=5 s)`: the last
     entry's first clause, and since when it holds."""
     last = entries[-1]
+    me = job_label(job_id, getattr(entries, "name", ""))
     clause = _parts(last.sentence)[0].split("; ")[0].rstrip(".")
-    clause = clause.replace(f"{job_id} waits (RUNNABLE): ", f"{job_id} is waiting: ", 1)
-    if not clause.startswith(f"{job_id} "):
-        clause = f"{job_id}: {clause}"
+    clause = clause.replace(f"{me} waits (RUNNABLE): ", f"{me} is waiting: ", 1)
+    if not clause.startswith(f"{me} "):
+        clause = f"{me}: {clause}"
     end = max(entry.at for entry in entries)
     held = f", {duration(end - last.at)} before the last fact" if end > last.at else ""
     return f"{clause} (since {when(last.at)}{held})"
 
 
 _PART = re.compile(r"(?<=[.)]) (?=(?:Why|Right before|Candidates|It went|It was|Then|"
-                   r"Idle|The job|So|Its)\b|\S+ was chosen\b)")  # fmt: skip
+                   r"Idle|The job|So|Its)\b|\S+(?: \(\S+\))? was chosen\b)")  # fmt: skip
 
 
 def _parts(sentence: str) -> list[str]:

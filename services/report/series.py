@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from quotasched.events.labels import job_label
+
 from . import style
 from .model import Chart, QueueReport, ShareInfo
 from .timeaxis import TimeAxis
@@ -104,9 +106,10 @@ def usage_chart(chart: Chart, shares: dict[tuple[str, str], ShareInfo], axis: Ti
 def _markers(chart: Chart) -> list[dict]:
     by_reason: dict[str, list[dict]] = {}
     for p in chart.preemptions:
-        victim = p.job_name if p.job_name in (None, p.job_id) else f"{p.job_name} ({p.job_id})"
-        text = (f"{victim} of {p.quota_share} preempted by {p.preemptor_name or p.preemptor_job_id}"
-                f" of {p.preemptor_share}: {p.reason}, {p.outcome}")  # fmt: skip
+        victim = job_label(p.job_id, p.job_name or "")
+        by = job_label(p.preemptor_job_id, p.preemptor_name or "")
+        text = (f"{victim} of {p.quota_share} preempted by {by} of {p.preemptor_share}: "
+                f"{p.reason}, {p.outcome}")  # fmt: skip
         by_reason.setdefault(p.reason, []).append({"x": p.at, "y": 0, "text": text})
     return [{"label": f"preemption: {style.REASONS.get(reason, (None, reason))[1]}",
              "key": f"preemption:{reason}", "kind": "marker", "stack": "markers",

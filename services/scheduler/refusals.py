@@ -24,10 +24,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from quotasched.events.codec import DecodeError, decode_command, decode_fact
 from quotasched.events.facts import Fact
+from quotasched.events.labels import job_label
 from quotasched.events.subjects import parse_command_subject
 from quotasched.services.logs import Held, LineBudget
 from quotasched.services.scheduler.core import State, reject
@@ -174,7 +176,14 @@ class StoryLog(BudgetedLines):
                  clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
         super().__init__(log, lines, window_s, clock)
 
-    def decided(self, seq: int, facts: list[Fact]) -> None:
+    def decided(self, seq: int, facts: list[Fact], jobs: Mapping[str, Any] | None = None) -> None:
+        """`jobs`: the state's jobs, to name each job as a person reads it (`events.labels`)."""
+        known = jobs or {}
+
+        def who(job_id: str) -> str:
+            job = known.get(job_id)
+            return job_label(job_id, job.job_name) if job is not None else job_id
+
         for fact in facts:
             kind = fact.kind
             if kind != "JobDispatched" and kind != "JobPreempted":
@@ -182,15 +191,18 @@ class StoryLog(BudgetedLines):
             if not self.admit(fact.job_queue, fact.quota_share_name, kind, seq):
                 continue
             if kind == "JobDispatched":
-                self.log.info("dispatched", job_id=fact.job_id, attempt=fact.attempt,
+                self.log.info("dispatched", job=who(fact.job_id), job_id=fact.job_id,
+                              attempt=fact.attempt,
                               job_queue=fact.job_queue, quota_share=fact.quota_share_name,
                               borrowed=_units(fact.borrowed) or None,
-                              after_preemption_of=fact.after_preemption_of or None,
+                              after_preemption_of=[who(victim) for victim in fact.after_preemption_of]
+                              or None,
                               stream_seq=seq)  # fmt: skip
             else:
-                self.log.info("preempted", job_id=fact.job_id, attempt=fact.attempt,
-                              job_queue=fact.job_queue, quota_share=fact.quota_share_name,
-                              by=fact.preemptor_job_id, reason=fact.reason.value,
+                self.log.info("preempted", job=who(fact.job_id), job_id=fact.job_id,
+                              attempt=fact.attempt, job_queue=fact.job_queue,
+                              quota_share=fact.quota_share_name, by=who(fact.preemptor_job_id),
+                              by_job_id=fact.preemptor_job_id, reason=fact.reason.value,
                               outcome=fact.outcome.value, stream_seq=seq)  # fmt: skip
 
 

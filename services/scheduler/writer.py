@@ -286,7 +286,7 @@ class Writer:
                 if rejected:
                     refusals.rejected(seq, subject, queue, share, first)
                 else:  # a term that fails to store them decides (and tells) them again
-                    story.decided(seq, facts)
+                    story.decided(seq, facts, state.jobs)
         before = self.commands_decided
         self.commands_decided += len(batch)
         freeze_now(before, self.commands_decided)

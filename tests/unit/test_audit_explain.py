@@ -383,15 +383,20 @@ def test_every_sentence_is_backed_by_a_recorded_fact(example: Path):
         facts = list(replay_lines(handle))
     moments = {(fact.command_seq, fact.at) for fact in facts}
     kinds = {(fact.command_seq, fact.kind) for fact in facts}
-    jobs = [fact.job_id for fact in facts if fact.kind == "JobSubmitted"]
-    for job_id in jobs:
+    jobs = {fact.job_id: fact.job_name for fact in facts if fact.kind == "JobSubmitted"}
+    submitted = {fact.job_id: fact.command_seq for fact in reversed(facts) if fact.kind == "JobSubmitted"}
+    for job_id, name in jobs.items():
         entries = explain(facts, job_id)
         assert entries[0].kind in ("JobSubmitted", "CommandRejected")
         assert any(entry.kind == "JobSubmitted" for entry in entries)
         for entry in entries:
             assert (entry.command_seq, entry.at) in moments, (job_id, entry)
             assert entry.kind == WAITING or (entry.command_seq, entry.kind) in kinds
-            assert job_id in entry.sentence
+            # named as a person reads it: "name (first 8 of the id)", or the id that is a name;
+            # by its id alone only before the log knows its name (a refused submission)
+            short = job_id if name in ("", job_id) else f"{name} ({job_id[:8]})"
+            before = entry.command_seq < submitted[job_id]
+            assert short in entry.sentence or (before and job_id in entry.sentence), (job_id, entry)
 
 
 def test_cli_explain_text_json_and_errors(tmp_path: Path):
@@ -430,7 +435,12 @@ def test_explain_takes_a_job_name_and_lists_the_jobs_a_name_shares(tmp_path: Pat
     renamed = write_lines(tmp_path / "renamed.jsonl", [json.dumps(c) for c in commands])
     one = run("explain", "med-name", "--commands", str(renamed))
     assert one.returncode == 0, one.stderr
-    assert one.stdout.startswith("med is waiting:") and "(job name med-name is job med)" in one.stderr
+    assert "(job name med-name is job med)" in one.stderr
+    # issue 32: a job reads by its name first, with (a short) id beside it
+    assert one.stdout.startswith("med-name (med) is waiting: it is behind higher-priority job "
+                                 "train (high) (priority 3, its own is 2)")  # fmt: skip
+    assert "\nThe story of job med-name (job id med), from the fact log:\n" in one.stdout
+    assert "med-name (med) (attempt 1) was preempted by b1-name (b1)" in one.stdout
     several = run("explain", "train", "--commands", str(renamed))
     assert several.returncode == 1
     assert "job name train names 2 jobs: high, low; give one job id" in several.stderr

@@ -228,8 +228,39 @@ def test_the_story_lines_tell_each_dispatch_and_preemption_of_the_notebook():
     assert med["borrowed"] == "1 x ml.g5.xlarge" and med["quota_share"] == "qs1"
     assert lines.events("dispatched")[2]["after_preemption_of"] == ["med"]
     assert lines.events("preempted")[0] | {"stream_seq": 0} == {
-        "job_id": "med", "attempt": 1, "job_queue": "q", "quota_share": "qs1", "by": "b1",
-        "reason": "CROSS_SHARE_RECLAIM", "outcome": "REQUEUED", "stream_seq": 0}
+        "job": "med", "job_id": "med", "attempt": 1, "job_queue": "q", "quota_share": "qs1",
+        "by": "b1", "by_job_id": "b1", "reason": "CROSS_SHARE_RECLAIM", "outcome": "REQUEUED",
+        "stream_seq": 0}
+
+
+def test_the_story_lines_name_jobs_whose_ids_are_uuids_by_their_names():
+    """The notebook again, each job's id a UUID (as the AWS CLI and the SDK make them): the
+    lines read "med (1b4e28ba)" preempted by "b1 (6fa459ea)", the ids kept whole beside."""
+    import json
+
+    from tests.builders import Cluster
+    from quotasched.services.scheduler.refusals import StoryLog
+
+    ids = {"high": "0f8fad5b-d9cb-469f-a165-70867728950e",
+           "med": "1b4e28ba-2fa1-11d2-883f-0016d3cca427",
+           "low": "7c9e6679-7425-40de-944b-e07fc1f90ae7",
+           "b1": "6fa459ea-ee8a-3ca4-894e-db77e160355e"}  # fmt: skip
+    c = Cluster()
+    lines = Lines()
+    story = StoryLog(lines, clock=Clock())
+    for seq, line in enumerate((ROOT / "examples" / "notebook.jsonl").read_text().splitlines(), 1):
+        command = json.loads(line)
+        if "jobId" in command:
+            command["jobId"] = ids[command["jobId"]]
+        story.decided(seq, c.send(json.dumps(command)), c.state.jobs)
+    told = [(event, f["job"]) for event, f in lines.lines]
+    assert told == [("dispatched", "high (0f8fad5b)"), ("dispatched", "med (1b4e28ba)"),
+                    ("preempted", "med (1b4e28ba)"), ("dispatched", "b1 (6fa459ea)"),
+                    ("preempted", "high (0f8fad5b)"), ("dispatched", "low (7c9e6679)")]
+    preempted = lines.events("preempted")[0]
+    assert (preempted["by"], preempted["by_job_id"]) == ("b1 (6fa459ea)", ids["b1"])
+    assert preempted["job_id"] == ids["med"]
+    assert lines.events("dispatched")[2]["after_preemption_of"] == ["med (1b4e28ba)"]
 
 
 def test_the_story_lines_are_bounded_per_share_and_summed_up():

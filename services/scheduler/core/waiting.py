@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
+from quotasched.events.labels import job_label
 from quotasched.events.values import JobStatus
 from quotasched.events.values import State as OnOff
 from quotasched.services.scheduler.core.accounting import (
@@ -77,12 +78,13 @@ class Waiting:
     the head every detail counts (the text itself), behind other jobs only the kind of wait.
     """
 
-    __slots__ = ("code", "job_id", "share", "head", "ahead", "blocked", "misfits", "order",
-                 "parts", "key")  # fmt: skip
+    __slots__ = ("code", "job_id", "label", "share", "head", "ahead", "blocked", "misfits",
+                 "order", "parts", "key")  # fmt: skip
 
-    def __init__(self, code: str = "", job_id: str = "", share: str = "") -> None:
+    def __init__(self, code: str = "", job_id: str = "", share: str = "", label: str = "") -> None:
         self.code = code
         self.job_id = job_id
+        self.label = label or job_id  # how a person reads it (`events.labels`)
         self.share = share
         self.head: Job | None = None
         self.ahead = 0
@@ -95,7 +97,7 @@ class Waiting:
     @property
     def text(self) -> str:
         """`<job> waits (RUNNABLE): <clauses>.`"""
-        return f"{self.job_id} waits (RUNNABLE): " + "; ".join(self.parts) + "."
+        return f"{self.label} waits (RUNNABLE): " + "; ".join(self.parts) + "."
 
     def __repr__(self) -> str:
         return f"Waiting({self.code}, {self.job_id})"
@@ -108,12 +110,12 @@ def waiting(state: State, job: Job, told: tuple | None = None) -> Waiting:
     queue = state.queues.get(job.queue)
     share = queue.shares.get(job.share) if queue is not None else None
     if queue is None or share is None:
-        found = Waiting(SHARE_MISSING, job.job_id, job.share)
+        found = Waiting(SHARE_MISSING, job.job_id, job.share, label(job))
         found.parts.append(f"its quota share {job.share} no longer exists")
         found.key = (found.text,)
         return found
     environment = state.environments[queue.environment]
-    found = Waiting("", job.job_id, share.name)
+    found = Waiting("", job.job_id, share.name, label(job))
     if environment.state is OnOff.DISABLED:
         found.code = ENVIRONMENT_DISABLED
         found.parts.append(f"service environment {environment.name} is DISABLED, so nothing is "
@@ -168,13 +170,13 @@ def _behind(state: State, environment: Environment, queue: Queue, share: Share, 
         return  # the same kind of wait: nothing new to tell (and no work)
     if blocked is not None:
         found.blocked = blocked[1]
-        text = (f"it is behind the blocked head of {share.name}, {head.job_id}, which can "
+        text = (f"it is behind the blocked head of {share.name}, {label(head)}, which can "
                 f"never fit as configured: \"{blocked[1]}\"")
     elif head.priority > job.priority:
-        text = (f"it is behind higher-priority job {head.job_id} (priority "
+        text = (f"it is behind higher-priority job {label(head)} (priority "
                 f"{head.priority}, its own is {job.priority}) at the head of {share.name}")
     else:
-        text = (f"it is behind {head.job_id}, submitted earlier with the same priority "
+        text = (f"it is behind {label(head)}, submitted earlier with the same priority "
                 f"{job.priority}, at the head of {share.name}")
     found.ahead = len(jobs_ahead(state, share, job))
     if found.ahead > 1:
@@ -184,7 +186,18 @@ def _behind(state: State, environment: Environment, queue: Queue, share: Share, 
         found.misfits = Scratch(environment, queue).misfits(share, head.need)
         reasons = blockers(state, environment, queue, share, head, found.misfits)
         if reasons:
-            found.parts.append(f"{head.job_id} itself waits because " + "; ".join(reasons))
+            found.parts.append(f"{label(head)} itself waits because " + "; ".join(reasons))
+
+
+def label(job: Job) -> str:
+    """How the sentences name a job: its name first (`events.labels.job_label`)."""
+    return job_label(job.job_id, job.job_name)
+
+
+def who(state: State, job_id: str) -> str:
+    """The label of the job `job_id` as the state knows it (its id when it knows no such job)."""
+    job = state.jobs.get(job_id)
+    return label(job) if job is not None else job_id
 
 
 def behind_code(head: Job, job: Job, head_blocked: bool, disabled: bool) -> str:
@@ -218,7 +231,7 @@ def blockers(state: State, environment: Environment, queue: Queue, share: Share,
     when not given) in sentences; with `preemption`, also why preemption can't make room."""
     if misfits is None:
         misfits = Scratch(environment, queue).misfits(share, job.need)
-    reasons = [misfit_text(misfit, environment, queue, share, job.job_id) for misfit in misfits]
+    reasons = [misfit_text(misfit, environment, queue, share, label(job)) for misfit in misfits]
     if not preemption or not reasons:
         return reasons
     units = {unit for unit, _ in job.need}
@@ -228,35 +241,36 @@ def blockers(state: State, environment: Environment, queue: Queue, share: Share,
 
 
 def misfit_text(misfit: Misfit, environment: Environment, queue: Queue, share: Share,
-                job_id: str) -> str:  # fmt: skip
-    """One rule of dispatch `job_id` fails (a `Misfit`), as a sentence."""
+                who: str) -> str:  # fmt: skip
+    """One rule of dispatch the job fails (a `Misfit`), as a sentence; `who` is how the
+    sentence names the job (its `label`)."""
     rule, unit, need, used, limit = misfit.rule, misfit.unit, misfit.need, misfit.used, misfit.limit
     if rule == LACKS_UNIT:
         return f"service environment {environment.name} has no {unit} capacity"
     if rule == ENVIRONMENT_FULL:
         return (f"service environment {environment.name} is full: {misfit.in_use} of its "
-                f"{misfit.bound} {unit} are in use and {job_id} needs {need}")  # fmt: skip
+                f"{misfit.bound} {unit} are in use and {who} needs {need}")  # fmt: skip
     if rule == MAY_NOT_BORROW:
         where = "is at" if used >= limit else "would go past"
         return (f"{share.name} {where} its own limit ({used} of {limit} {unit} in use, "
-                f"{job_id} needs {need}) and a {share.strategy.value} share may not borrow")
+                f"{who} needs {need}) and a {share.strategy.value} share may not borrow")
     if rule == BORROW_CEILING:
         return (f"{share.name} has reached its borrow ceiling: it may use at most "
                 f"{misfit.bound} {unit} (limit {limit} plus borrowLimit "
-                f"{share.borrow_limit_percent}%), uses {used} and {job_id} needs {need}")
+                f"{share.borrow_limit_percent}%), uses {used} and {who} needs {need}")
     if rule == NO_IDLE_LENDABLE:
         return (f"it would borrow {misfit.borrowing} {unit} beyond {share.name}'s own limit "
                 f"({used} of {limit} in use) but there is no idle lendable capacity in other "
                 f"shares: {_pool(queue, share, unit, misfit)}")  # fmt: skip
     if rule == OWN_IDLE_LENT:
         return (f"the idle capacity of {share.name} it would use within its own limit ({used} "
-                f"of {limit} {unit} in use, {job_id} needs {need}) is lent out: "
+                f"of {limit} {unit} in use, {who} needs {need}) is lent out: "
                 f"{_pool(queue, share, unit, misfit)}")  # fmt: skip
     members = [queue.shares[name] for name in queue.groups[misfit.group] if name in queue.shares]
     each = ", ".join(f"{member.name} {member.usage.get(unit, 0)}" for member in members)
     return (f"{share.name} is in share group {misfit.group}, which may hold at most "
             f"{misfit.bound} {unit} when one of its members borrows (an option beyond AWS): its "
-            f"members hold {misfit.in_use} ({each}) and {job_id} needs {need}")  # fmt: skip
+            f"members hold {misfit.in_use} ({each}) and {who} needs {need}")  # fmt: skip
 
 
 def _preemption_blockers(queue: Queue, share: Share, job: Job, units: set[str]) -> list[str]:
@@ -274,18 +288,18 @@ def _preemption_blockers(queue: Queue, share: Share, job: Job, units: set[str]) 
     running = [other for other in share.dispatched.values()
                if any(unit in units for unit, _ in other.need)]  # fmt: skip
     lower = [other for other in running if other.priority < job.priority]
-    listed = ", ".join(f"{other.job_id} (priority {other.priority})" for other in running)
+    listed = ", ".join(f"{label(other)} (priority {other.priority})" for other in running)
     if share.in_share_preemption:
         if running and not lower:
             reasons.append(f"in-share preemption (ENABLED in {share.name}) finds no running job "
                            f"with a priority below {job.priority}: {listed}")  # fmt: skip
         elif lower:
             reasons.append(f"preempting {share.name}'s lower-priority jobs "
-                           f"({', '.join(other.job_id for other in lower)}) would not make "
+                           f"({', '.join(label(other) for other in lower)}) would not make "
                            "enough room")  # fmt: skip
     elif lower:
         reasons.append(f"in-share preemption is DISABLED in {share.name}, so it does not preempt "
-                       f"the lower-priority {', '.join(other.job_id for other in lower)}")  # fmt: skip
+                       f"the lower-priority {', '.join(label(other) for other in lower)}")  # fmt: skip
     return reasons
 
 
@@ -335,7 +349,7 @@ def _option_blockers(queue: Queue, share: Share, job: Job, units: set[str], now:
         owner = queue.shares[other.share]
         if protected(owner, other, now):
             assert other.dispatched_at is not None and owner.min_runtime_s is not None
-            reasons.append(f"{other.job_id} of {owner.name} may not be preempted before "
+            reasons.append(f"{label(other)} of {owner.name} may not be preempted before "
                            f"{when(other.dispatched_at + owner.min_runtime_s)} ({owner.name}'s "
                            f"minimum runtime before preemption is {owner.min_runtime_s} s, an "
                            "option beyond AWS)")  # fmt: skip
@@ -379,7 +393,7 @@ def borrower_heads(state: State, queue: Queue, now: float) -> list[Pair]:
 def order_clauses(queue: Queue, pairs: list[Pair], now: float) -> list[str]:
     """The borrowers' order and what makes it, one clause per rule the queue has."""
     clauses = ["borrowers are served in the order of the queue's options beyond AWS: "
-               + ", then ".join(f"{head.job_id} of {share.name}" for share, head in pairs)]
+               + ", then ".join(f"{label(head)} of {share.name}" for share, head in pairs)]
     if queue.groups:
         clauses.extend(_group_clauses(queue, pairs))
     if queue.half_life is not None:
@@ -393,7 +407,7 @@ def _group_clauses(queue: Queue, pairs: list[Pair]) -> list[str]:
     inside: dict[str, list[str]] = {}
     for share, head in pairs:
         if lent_inside(queue, share, head):
-            inside.setdefault(queue.group_of[share.name], []).append(head.job_id)
+            inside.setdefault(queue.group_of[share.name], []).append(label(head))
     if not inside:
         return ["no share group's other members have idle capacity for all its borrower "
                 "needs, so no group lends inside first"]  # fmt: skip
