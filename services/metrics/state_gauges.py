@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from typing import NamedTuple
 
 from prometheus_client.core import GaugeMetricFamily
 
 from quotasched.events.values import JobStatus
 from quotasched.services.scheduler.core.accounting import contribution
 from quotasched.services.scheduler.core.state import State
-from quotasched.services.scheduler.core.waiting import behind_code, waiting
+from quotasched.services.scheduler.core.waiting import ENVIRONMENT_DISABLED, behind_code, waiting
 
 SCAN_CHUNK = 5_000  # queued jobs checked between two turns of the writer's event loop
 QUEUED_STATUSES = (JobStatus.RUNNABLE, JobStatus.SCHEDULED, JobStatus.STARTING, JobStatus.RUNNING)
@@ -47,36 +48,41 @@ def share_figures(state: State) -> list[tuple[str, str, str, int, int, int, floa
     return rows
 
 
-def jobs_by_status(state: State) -> dict[tuple[str, str], Counter]:
-    """(queue, share) -> jobs per queued or dispatched status, and the RUNNABLE ones per reason
-    they wait (keys `("reason", code)`).  Reads the shares' heaps and dispatched jobs, not the
+class ShareJobs(NamedTuple):
+    """A share's jobs per queued or dispatched status, and its RUNNABLE ones per reason code."""
+
+    statuses: Counter
+    reasons: Counter
+
+
+def jobs_by_status(state: State) -> dict[tuple[str, str], ShareJobs]:
+    """(queue, share) -> its `ShareJobs`.  Reads the shares' heaps and dispatched jobs, not the
     whole job table: cost follows the live jobs, not the history."""
-    result: dict[tuple[str, str], Counter] = {}
+    result: dict[tuple[str, str], ShareJobs] = {}
     for queue in state.queues.values():
         for share in queue.shares.values():
             counts = Counter(job.status for job in share.dispatched.values())
             runnable = _waiting(state.jobs, share.heap, set())
             counts[JobStatus.RUNNABLE] = len(runnable)
-            counts.update(_reasons(state, share, runnable))
-            result[(queue.name, share.name)] = counts
+            result[(queue.name, share.name)] = ShareJobs(counts, _reasons(state, share, runnable))
     return result
 
 
 def _reasons(state: State, share, runnable: set[str]) -> Counter:
-    """The share's RUNNABLE jobs per reason they wait: the head's as `waiting` gives it, the
-    others' behind it (`behind_code`), keyed `("reason", code)`."""
+    """The share's RUNNABLE jobs per reason code: the head's as `waiting` decides it (without
+    its sentences), the others' behind it (`behind_code`)."""
     head = state.peek(share)
     if head is None:
         return Counter()
-    told = waiting(state, head)
-    disabled = told.code == "environment_disabled"
+    told = waiting(state, head, words=False)
+    disabled = told.code == ENVIRONMENT_DISABLED
     blocked = told.blocked is not None
     jobs = state.jobs
-    counts: Counter = Counter({("reason", told.code): 1})
+    counts: Counter = Counter({told.code: 1})
     for job_id in runnable:
         job = jobs.get(job_id)
         if job is not None and job is not head:
-            counts[("reason", behind_code(head, job, blocked, disabled))] += 1
+            counts[behind_code(head, job, blocked, disabled)] += 1
     return counts
 
 
@@ -85,7 +91,7 @@ async def jobs_by_status_yielding(state: State, chunk: int = SCAN_CHUNK) -> dict
     100k queued jobs (tens of ms) never holds up the writer for more than a few ms.  A share's
     heap is copied first (a C-level copy); jobs decided meanwhile are counted as they are when
     their entry is checked, and entries pushed meanwhile are left for the next scrape."""
-    result: dict[tuple[str, str], Counter] = {}
+    result: dict[tuple[str, str], ShareJobs] = {}
     for queue in list(state.queues.values()):
         for share in list(queue.shares.values()):
             counts = Counter(job.status for job in share.dispatched.values())
@@ -96,8 +102,7 @@ async def jobs_by_status_yielding(state: State, chunk: int = SCAN_CHUNK) -> dict
                     await asyncio.sleep(0)
                 _waiting(state.jobs, entries[start:start + chunk], runnable)
             counts[JobStatus.RUNNABLE] = len(runnable)
-            counts.update(_reasons(state, share, runnable))
-            result[(queue.name, share.name)] = counts
+            result[(queue.name, share.name)] = ShareJobs(counts, _reasons(state, share, runnable))
     return result
 
 
@@ -114,7 +119,7 @@ def _waiting(jobs: dict, entries: list, into: set[str]) -> set[str]:
     return into
 
 
-def state_families(state: State, job_counts: dict[tuple[str, str], Counter] | None = None,
+def state_families(state: State, job_counts: dict[tuple[str, str], ShareJobs] | None = None,
                    only_queue: str | None = None) -> list:  # fmt: skip
     """The gauges of a scheduler's state (see docs/metrics.md); `job_counts`: its
     `jobs_by_status`, when already counted; `only_queue`: the one queue a partition serves
@@ -150,11 +155,11 @@ def state_families(state: State, job_counts: dict[tuple[str, str], Counter] | No
         "RUNNABLE jobs of the share by why they wait, as the scheduler's core says it (the "
         "reason explain and the web view tell; codes in docs/metrics.md).",
         labels=["job_queue", "quota_share", "reason"])  # fmt: skip
-    for (queue, share), counts in job_counts.items():
+    for (queue, share), counted in job_counts.items():
         for status in QUEUED_STATUSES:
-            jobs.add_metric([queue, share, status.value], counts.get(status, 0))
-        for key, count in sorted((k, n) for k, n in counts.items() if isinstance(k, tuple)):
-            reasons.add_metric([queue, share, key[1]], count)
+            jobs.add_metric([queue, share, status.value], counted.statuses.get(status, 0))
+        for code, count in sorted(counted.reasons.items()):
+            reasons.add_metric([queue, share, code], count)
     capacity = GaugeMetricFamily(
         "quotasched_queue_capacity",
         "maxCapacity of the job queue's service environment, per capacity unit.",

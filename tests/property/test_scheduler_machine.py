@@ -91,8 +91,10 @@ from hypothesis.stateful import (
 from quotasched.events import facts as F
 from quotasched.events.codec import decode_command, encode
 from quotasched.services.scheduler.core import State, catch_up_clock, decide, fold, step
+from quotasched.events.values import JobStatus
 from quotasched.services.scheduler.core.accounting import Scratch
 from quotasched.services.scheduler.core.views import canonical_state, state_document
+from quotasched.services.scheduler.core.waiting import waiting
 from tests.builders import Cluster
 from tests.checker import IndependentChecker
 from tests.property.conftest import REASONS, REPORTS, STRANGER, UNITS
@@ -683,6 +685,14 @@ class SchedulerMachine(RuleBasedStateMachine):
                 if not rules & expected:
                     _fail("reasons", f"head {head.id} of {name}: the shadow finds {why!r}, "
                           f"the core's misfits are {misfits}")  # fmt: skip
+        # the metric's reading (no sentences) decides the same code as explain's
+        for job in state.jobs.values():
+            if job.status is JobStatus.RUNNABLE:
+                worded, bare = waiting(state, job), waiting(state, job, words=False)
+                if (bare.code, bare.blocked) != (worded.code, worded.blocked) or bare.parts:
+                    _fail("reasons", f"{job.job_id}: waiting without words says {bare.code} "
+                          f"(blocked {bare.blocked!r}), with words {worded.code} "
+                          f"(blocked {worded.blocked!r})")  # fmt: skip
 
     def pick_job(self, pick: int, live: bool) -> str | None:
         ids = self.job_ids

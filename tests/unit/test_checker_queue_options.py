@@ -121,7 +121,7 @@ def test_checker_refuses_a_core_that_serves_borrowers_fifo_under_fair_share():
 def test_checker_refuses_a_core_that_ignores_the_group_cap():
     log = _patched_core_log("""
         from quotasched.services.scheduler.core.accounting import Scratch
-        Scratch._group_misfit = lambda self, share, unit, quantity: None
+        Scratch._group_fits = lambda self, share, unit, quantity, into: True
     """, CAP_STORY)  # fmt: skip
     assert ("b2", 0.0) in _dispatched(log)  # the patch took: b2 went past the cap at once
     with pytest.raises(RuleBroken) as caught:

@@ -96,14 +96,15 @@ def test_jobs_by_status_matches_a_scan_of_every_job_despite_stale_heap_entries()
     got = jobs_by_status(c.state)
     expected = brute_force_jobs(c)
     for share in set(got) | set(expected):
-        statuses = Counter({k: n for k, n in got.get(share, Counter()).items() if isinstance(k, JobStatus)})
+        counted = got.get(share)
+        statuses = counted.statuses if counted is not None else Counter()
         assert +statuses == expected.get(share, Counter()), share
-        waiting = sum(n for k, n in got.get(share, Counter()).items() if isinstance(k, tuple))
+        waiting = sum(counted.reasons.values()) if counted is not None else 0
         assert waiting == expected.get(share, Counter())[JobStatus.RUNNABLE], share  # by reason
     assert asyncio.run(jobs_by_status_yielding(c.state, chunk=2)) == got  # in small slices
-    assert got[("q", "res")][JobStatus.RUNNABLE] == 4
-    assert got[("q", "res")][JobStatus.SCHEDULED] == 1
-    assert got[("q", "bor")][JobStatus.RUNNABLE] == 0
+    assert got[("q", "res")].statuses[JobStatus.RUNNABLE] == 4
+    assert got[("q", "res")].statuses[JobStatus.SCHEDULED] == 1
+    assert got[("q", "bor")].statuses[JobStatus.RUNNABLE] == 0
 
 
 def appended(facts: list[F.Fact]) -> list[tuple[str, bytes, dict[str, str]]]:

@@ -227,7 +227,7 @@ class Scratch:
            L + ceiling;
         3. the free lendable pool does not get worse than it is (ruling 1), counting both what
            the job borrows and the share's own idle capacity it stops lending;
-        4. (`_group_misfit`) a borrowing share's group stays within the group's limit.
+        4. (`_group_fits`) a borrowing share's group stays within the group's limit.
 
         The passes ask with `into` None: the answer comes at the first rule failed, and
         nothing is allocated.  Given a list, every rule failed is appended to it as a
@@ -272,13 +272,11 @@ class Scratch:
                 into.append(Misfit(NO_IDLE_LENDABLE if borrowing else OWN_IDLE_LENT, unit,
                                    quantity, used, share.limits.get(unit, 0), borrowing=borrowing,
                                    own_idle=idle_before, pool=slack))  # fmt: skip
-            if borrowing and self.queue.group_limits:
-                capped = self._group_misfit(share, unit, quantity)
-                if capped is not None:
-                    if into is None:
-                        return False
-                    fit = False
-                    into.append(capped)
+            if borrowing and self.queue.group_limits and not self._group_fits(share, unit,
+                                                                              quantity, into):
+                if into is None:
+                    return False
+                fit = False
         return fit
 
     def misfits(self, share: Share, need: Need) -> list[Misfit]:
@@ -287,15 +285,19 @@ class Scratch:
         self.fits(share, need, found)
         return found
 
-    def _group_misfit(self, share: Share, unit: str, quantity: int) -> Misfit | None:
-        """4. when it borrows, its share group (an option beyond AWS) stays within its limit."""
+    def _group_fits(self, share: Share, unit: str, quantity: int,
+                    into: list[Misfit] | None) -> bool:  # fmt: skip
+        """4. when it borrows, its share group (an option beyond AWS) stays within its limit;
+        a `Misfit` is made only for a caller that asks why (`into`)."""
         queue = self.queue
         capped = queue.group_cap(share.name, unit)
         if capped is None:
-            return None
+            return True
         group, cap = capped
         shares = queue.shares
         held = sum(self.used(shares[name], unit) for name in queue.groups[group] if name in shares)
         if held + quantity <= cap:
-            return None
-        return Misfit(GROUP_LIMIT, unit, quantity, in_use=held, bound=cap, group=group)
+            return True
+        if into is not None:
+            into.append(Misfit(GROUP_LIMIT, unit, quantity, in_use=held, bound=cap, group=group))
+        return False

@@ -103,10 +103,11 @@ class Waiting:
         return f"Waiting({self.code}, {self.job_id})"
 
 
-def waiting(state: State, job: Job, told: tuple | None = None) -> Waiting:
+def waiting(state: State, job: Job, told: tuple | None = None, words: bool = True) -> Waiting:
     """Why the RUNNABLE `job` is not dispatched now.  Behind other jobs, when the kind of wait
     equals `told` (the `key` of what was told before), nothing more is worked out: the answer
-    has its `key` and no `parts`."""
+    has its `key` and no `parts`.  Without `words`, only what decides the code is worked out
+    (`code`, `head`, `blocked`, `misfits`): no sentence, no `key` (the metric's reading)."""
     queue = state.queues.get(job.queue)
     share = queue.shares.get(job.share) if queue is not None else None
     if queue is None or share is None:
@@ -118,26 +119,31 @@ def waiting(state: State, job: Job, told: tuple | None = None) -> Waiting:
     found = Waiting("", job.job_id, share.name, label(job))
     if environment.state is OnOff.DISABLED:
         found.code = ENVIRONMENT_DISABLED
-        found.parts.append(f"service environment {environment.name} is DISABLED, so nothing is "
-                           f"dispatched in job queue {queue.name}")  # fmt: skip
+        if words:
+            found.parts.append(f"service environment {environment.name} is DISABLED, so "
+                               f"nothing is dispatched in job queue {queue.name}")  # fmt: skip
     head = state.peek(share)
     if head is not None and head is not job:
-        _behind(state, environment, queue, share, job, head, found, told)
+        _behind(state, environment, queue, share, job, head, found, told, words)
         return found
     blocked = blocked_reason(environment, queue, share, job.need)
     if blocked is not None:
         found.blocked = blocked[1]
         found.code = found.code or BLOCKED
-        found.parts.append(f"it heads {share.name}, which is blocked because it can never fit "
-                           f"as configured: \"{blocked[1]}\"")  # fmt: skip
-        found.key = (found.text,)
+        if words:
+            found.parts.append(f"it heads {share.name}, which is blocked because it can never "
+                               f"fit as configured: \"{blocked[1]}\"")  # fmt: skip
+            found.key = (found.text,)
         return found
     found.misfits = Scratch(environment, queue).misfits(share, job.need)
-    found.parts.extend(blockers(state, environment, queue, share, job, found.misfits))
     if found.misfits:
         found.code = found.code or found.misfits[0].rule
-    if not found.parts:
+    if not found.code:  # neither DISABLED nor failing a rule
         found.code = DISPATCHABLE
+    if not words:
+        return found
+    found.parts.extend(blockers(state, environment, queue, share, job, found.misfits))
+    if found.code == DISPATCHABLE:
         found.parts.append("nothing keeps it waiting as things stand; the next scheduling pass "
                            "dispatches it")  # fmt: skip
     found.key = (found.text,)
@@ -154,7 +160,7 @@ def waiting(state: State, job: Job, told: tuple | None = None) -> Waiting:
 
 
 def _behind(state: State, environment: Environment, queue: Queue, share: Share, job: Job,
-            head: Job, found: Waiting, told: tuple | None) -> None:  # fmt: skip
+            head: Job, found: Waiting, told: tuple | None, words: bool = True) -> None:  # fmt: skip
     """`job` waits behind `head`: the kind of wait (the story changes only when it does, not
     with every new head or usage change ahead of it), then why the head itself waits."""
     found.head = head
@@ -166,10 +172,11 @@ def _behind(state: State, environment: Environment, queue: Queue, share: Share, 
     else:
         found.key = ("behind earlier", environment.state)
     found.code = behind_code(head, job, blocked is not None, environment.state is OnOff.DISABLED)
-    if found.key == told:
-        return  # the same kind of wait: nothing new to tell (and no work)
     if blocked is not None:
         found.blocked = blocked[1]
+    if found.key == told or not words:
+        return  # the same kind of wait: nothing new to tell (and no work)
+    if blocked is not None:
         text = (f"it is behind the blocked head of {share.name}, {label(head)}, which can "
                 f"never fit as configured: \"{blocked[1]}\"")
     elif head.priority > job.priority:
