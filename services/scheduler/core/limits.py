@@ -41,23 +41,41 @@ def counted_bytes(size: int) -> int | None:
     return size if size > BYTES_COUNTED_ABOVE else None
 
 
+Limits = tuple[int, int, int, int]
+"""(maxQueuedJobs, submissionBytesWindowSeconds, maxSubmissionsPerSecond,
+maxSubmissionBytesPerWindow) as they apply to a share."""
+
+
+def _resolve(options: QuotaShareOptions) -> Limits:
+    return (options.admission("max_queued_jobs"),
+            options.admission("submission_bytes_window_seconds"),
+            options.admission("max_submissions_per_second"),
+            options.admission("max_submission_bytes_per_window"))  # fmt: skip
+
+
+_DEFAULT_LIMITS = _resolve(_DEFAULT)
+
+
+def limits_of(share: Share) -> Limits:
+    """The share's admission limits; a share without options (most) costs one test, since
+    every submission asks (issue 34: a check with nothing to do costs nothing measurable)."""
+    return _DEFAULT_LIMITS if share.options is None else _resolve(share.options.options)
+
+
 def refusal(share: Share, at: float, size: int) -> str | None:
     """Why a submission to `share` at `at` of `size` bytes would pass a limit, if it would."""
-    options = options_of(share)
-    most = options.admission("max_queued_jobs")
-    if share.live >= most:
+    most_queued, seconds, per_second, most_bytes = limits_of(share)
+    if share.live >= most_queued:
         return (f"Quota share {share.name} has {share.live} queued jobs, its limit "
-                       f"maxQueuedJobs of {most}; submit again when some have ended")
-    seconds = options.admission("submission_bytes_window_seconds")
+                       f"maxQueuedJobs of {most_queued}; submit again when some have ended")
     _, submitted, _, used = _counts_at(share, at, seconds)
-    most = options.admission("max_submissions_per_second")
-    if submitted >= most:
+    if submitted >= per_second:
         return (f"Quota share {share.name} already had {submitted} submissions in this "
-                       f"second, its limit maxSubmissionsPerSecond of {most}")
+                       f"second, its limit maxSubmissionsPerSecond of {per_second}")
     charge = counted_bytes(size)
     if charge is None:
         return None
-    most = options.admission("max_submission_bytes_per_window")
+    most = most_bytes
     if used + charge > most:
         return (f"Quota share {share.name} would reach {used + charge} submission bytes in "
                        f"this {seconds}-second window, over its limit maxSubmissionBytesPerWindow "
@@ -68,8 +86,7 @@ def refusal(share: Share, at: float, size: int) -> str | None:
 def counted(share: Share, at: float, command_bytes: int | None) -> tuple:
     """The share's counts (second, submissions in it, window, bytes in it) once a submission
     at `at` of `command_bytes` counted bytes is accepted."""
-    seconds = options_of(share).admission("submission_bytes_window_seconds")
-    now, submitted, window, used = _counts_at(share, at, seconds)
+    now, submitted, window, used = _counts_at(share, at, limits_of(share)[1])
     return now, submitted + 1, window, used + (command_bytes or 0)
 
 
