@@ -49,5 +49,11 @@ test: native $(SDK)/.installed browser containers
 bench: native
 	$(BIN)/python benchmarks/replay_bench.py
 
+# docs/web-view.png, the README's picture of the live web view, from `make demo`'s own story
+# (runs `quotasched demo --serve`, screenshots the page with headless Chromium, stops it).
+.PHONY: screenshot
+screenshot: native browser
+	$(BIN)/python -m quotasched.services.web.screenshot docs/web-view.png
+
 clean:
 	rm -rf $(VENV) $(SDK) .pytest_cache .hypothesis services/scheduler/core/_native

@@ -38,6 +38,14 @@ class ListServiceJobsRequest(_Request):
                           "the bus, so a page may hold fewer than maxResults jobs).")
 
 
+class ListWaitingJobsRequest(_Request):
+    job_queue: str = Field(description="The job queue's name, or its ARN.")
+    quota_share_name: str = Field(description="The quota share whose RUNNABLE jobs to list.")
+    offset: int = Field(0, ge=0, description="Jobs skipped, in dispatch order; past the end, none.")
+    limit: int = Field(20, ge=0, le=100, description=(
+        "0-100, default 20; a page of a long share may be shorter (see nextOffset)."))
+
+
 class DescribeQuotaShareRequest(_Request):
     quota_share_arn: str | None = None
     job_queue: str | None = Field(None, description="With quotaShareName, instead of the ARN.")
@@ -76,6 +84,7 @@ API_REQUESTS: dict[str, type[_Request]] = {
     "describe-service-job": DescribeServiceJobRequest,
     "list-service-jobs": ListServiceJobsRequest,
     "get-job-queue-snapshot": QueueRequest,
+    "list-waiting-jobs": ListWaitingJobsRequest,
     "list-quota-shares": QueueRequest,
     "describe-quota-share": DescribeQuotaShareRequest,
     "describe-service-environments": EmptyRequest,

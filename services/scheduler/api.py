@@ -17,7 +17,7 @@ from quotasched.events.subjects import ANY, API_PREFIX
 from quotasched.events.values import JobQueueOptions
 from quotasched.services.scheduler.core.entities import Job
 from quotasched.services.scheduler.core.state import State
-from quotasched.services.scheduler.core.waiting import waiting
+from quotasched.services.scheduler.core.waiting import in_order, waiting
 from quotasched.services.scheduler.partition import Partition
 from quotasched.services.scheduler.reads import ReadIndex, select
 
@@ -358,11 +358,55 @@ def get_job_queue_snapshot(state: State, request: dict) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def waiting_reason(state: State, job: Job) -> dict[str, str]:
+# list-waiting-jobs' bounds (quotasched's own verb).  A page costs what it shows: the core
+# walks the share's heap best-first to the page (`core.waiting.in_order`) and tells each job
+# how many are ahead of it, so no reason walks the whole share.
+WAITING_LIMIT_MAX = 100
+WAITING_LIMIT_DEFAULT = 20
+
+
+def _page_bound(request: dict, name: str, default: int, most: int | None) -> int:
+    value = request.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0 or (
+            most is not None and value > most):  # fmt: skip
+        bounds = f"from 0 to {most}" if most is not None else "of 0 or more"
+        raise ApiError(f"{name} must be an integer {bounds}, not {value!r}")
+    return value
+
+
+def list_waiting_jobs(state: State, request: dict) -> dict[str, Any]:
+    """The RUNNABLE jobs of one quota share in dispatch order (priority, then acceptance: its
+    heap's order), `offset` of them skipped, at most `limit` (0 to WAITING_LIMIT_MAX, default
+    WAITING_LIMIT_DEFAULT), each with why it waits as the core says it (`waitingReason`, as
+    get-job-queue-snapshot gives the heads); `total` counts them all (the share's queued jobs
+    less its dispatched ones), `nextOffset` is where the next page starts (None: no more).
+    An offset past the end answers no jobs.  quotasched's own verb: AWS has no such list."""
+    queue_name = _name(request.get("jobQueue"))
+    queue = state.queues.get(queue_name)
+    if queue is None:
+        raise ApiError(f"Job queue {queue_name} does not exist")
+    share_name = request.get("quotaShareName")
+    share = queue.shares.get(share_name) if isinstance(share_name, str) else None
+    if share is None:
+        raise ApiError(f"Quota share {share_name} does not exist in job queue {queue_name}")
+    offset = _page_bound(request, "offset", 0, None)
+    limit = _page_bound(request, "limit", WAITING_LIMIT_DEFAULT, WAITING_LIMIT_MAX)
+    total = max(0, share.live - len(share.dispatched))
+    page = [{"jobId": job.job_id, "jobName": job.job_name, "schedulingPriority": job.priority,
+             "createdAt": _ms(job.created_at),
+             "waitingReason": waiting_reason(state, job, ahead=offset + index)}
+            for index, job in enumerate(in_order(state, share, offset, limit))]  # fmt: skip
+    after = offset + len(page)
+    return {"jobQueue": queue_name, "quotaShareName": share.name, "offset": offset,
+            "limit": limit, "total": total, "jobs": page,
+            "nextOffset": after if after < total and limit else None}  # fmt: skip
+
+
+def waiting_reason(state: State, job: Job, ahead: int | None = None) -> dict[str, str]:
     """Why a RUNNABLE job waits, as the core says it (`core.waiting`): `code` (the metric's
     `reason` label) and `message`, the sentence `quotasched explain` tells.  An addition to
-    AWS's shapes, which AWS clients ignore."""
-    found = waiting(state, job)
+    AWS's shapes, which AWS clients ignore.  `ahead`: the jobs before it, when known."""
+    found = waiting(state, job, ahead=ahead)
     return {"code": found.code, "message": found.text}
 
 
@@ -445,6 +489,7 @@ VERBS = {
     "describe-service-job": describe_service_job,
     "list-service-jobs": list_service_jobs,
     "get-job-queue-snapshot": get_job_queue_snapshot,
+    "list-waiting-jobs": list_waiting_jobs,
     "list-quota-shares": list_quota_shares,
     "describe-quota-share": describe_quota_share,
     "describe-service-environments": describe_service_environments,
@@ -525,7 +570,8 @@ def answer_in(scope: Partition, state: State, verb: str, request: dict,
     if named is not None and named != queue:
         return {"error": {"type": "ClientException", "message": (
             f"A request about job queue {named} must be sent on {API_PREFIX}.{named}.{verb}")}}
-    if verb in ("list-service-jobs", "get-job-queue-snapshot", "list-quota-shares") or (
+    if verb in ("list-service-jobs", "get-job-queue-snapshot", "list-waiting-jobs",
+                "list-quota-shares") or (
             verb == "describe-quota-share" and not arn):  # fmt: skip
         request = {**request, "jobQueue": queue}
     described = answer(state, verb, request, reads, max_bytes, defer)

@@ -1,24 +1,28 @@
 """The JSON the page reads, shaped from the scheduler's and the projector's read answers.
 
 Nothing here keeps state: each answer asks the read APIs again (`bus.request` for the
-scheduler's `qm.api.*`, `projector.client.request` for `qm.proj.*`).  Who lent to whom is the
-report's rule (`services.report.model.attribute`: every borrower takes from every lending
-share pro rata to its idle quota), applied to the usage of this instant.
+scheduler's `qm.api.*`, `projector.client.request` for `qm.proj.*`).  Who lent to whom is
+the report's rule (`services.report.model.attribute`: every borrower takes from every
+lending share pro rata to its idle quota), applied to the usage of this instant.  A job is
+shown by its label (`events.labels.job_label`: its name, then the start of its id), its id
+kept beside it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any
 
+from nats.errors import NoRespondersError
+
+from quotasched.events.labels import job_label
 from quotasched.services.client.commands import ClientError
 from quotasched.services.projector.client import ProjectorError, ProjectorUnavailable
 from quotasched.services.projector.client import request as ask_projector
 from quotasched.services.report.model import ShareAt, Step, attribute
 
 LENDING = ("LEND", "LEND_AND_BORROW")
-WINDOWS = {"15m": (900, 30), "1h": (3600, 120), "6h": (21600, 900), "24h": (86400, 3600)}
+WAITING_PAGE = 20  # waiting jobs per share and page (the scheduler bounds `limit`)
 
 
 async def queues(bus) -> dict[str, Any]:
@@ -73,37 +77,78 @@ def share_rows(shares: list[dict]) -> tuple[list[str], list[dict]]:
     return units, rows
 
 
-async def queue(bus, name: str) -> dict[str, Any]:
-    """A job queue's shares (usage against limits, borrowed, lent) and heads, with why each
-    waits as the scheduler's core says it (the snapshot's `waitingReason`, what `quotasched
-    explain` tells)."""
+def _page_bound(raw: str | int | None, name: str, default: int) -> int:
+    """A page parameter from the query string; its bounds are the scheduler's to check."""
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except (TypeError, ValueError):
+        raise ClientError(f"{name} must be an integer, not {raw!r}") from None
+
+
+async def waiting(bus, name: str, share: str, offset=None, limit=None) -> dict[str, Any]:
+    """One page of `share`'s RUNNABLE jobs in dispatch order, each with why it waits (the
+    scheduler's `list-waiting-jobs`: the core's reason), each named by its label."""
+    page = await bus.request("list-waiting-jobs", jobQueue=name, quotaShareName=share,
+                             offset=_page_bound(offset, "offset", 0),
+                             limit=_page_bound(limit, "limit", WAITING_PAGE))  # fmt: skip
+    for job in page["jobs"]:
+        job["jobLabel"] = job_label(job["jobId"], job["jobName"])
+    return page
+
+
+async def queue(bus, name: str, share: str | None = None, offset=None,
+                limit=None) -> dict[str, Any]:  # fmt: skip
+    """A job queue's shares (usage against limits, borrowed, lent), their heads and a page of
+    each share's waiting jobs (only `share`'s, from `offset`, when a share is given), with why
+    each waits as the scheduler's core says it (what `quotasched explain` tells)."""
     shares, snapshot, environments = await asyncio.gather(
         bus.request("list-quota-shares", jobQueue=name),
         bus.request("get-job-queue-snapshot", jobQueue=name),
         bus.request("describe-service-environments"))  # fmt: skip
     units, rows = share_rows(shares["quotaShares"])
+    names = [row["quotaShareName"] for row in rows]
+    if share and share not in names:
+        raise ClientError(f"Quota share {share} does not exist in job queue {name}")
+    asked = [share] if share else names
+    pages = await asyncio.gather(*(waiting(bus, name, each, offset if share else 0, limit)
+                                   for each in asked))  # fmt: skip
+    listed = {job["jobId"]: job for page in pages for job in page["jobs"]}
     fronts = snapshot["frontOfQuotaShares"]["quotaShares"]
-    head_ids = {share: jobs[0]["jobArn"].rsplit("/", 1)[-1] for share, jobs in fronts.items() if jobs}
-    reasons = {share: jobs[0].get("waitingReason") or {} for share, jobs in fronts.items() if jobs}
-    described = await asyncio.gather(
-        *(bus.request("describe-service-job", jobId=job_id, jobQueue=name)
-          for job_id in head_ids.values()), return_exceptions=True)  # fmt: skip
     heads = []
-    for (share, job_id), job in zip(head_ids.items(), described):
-        if isinstance(job, BaseException):  # ended between the two reads
+    for each, jobs in fronts.items():
+        if not jobs:
             continue
-        heads.append({"quotaShareName": share, "jobId": job_id, "jobName": job["jobName"],
-                      "schedulingPriority": job["schedulingPriority"],
-                      "status": job["status"], "createdAt": job["createdAt"],
-                      "waitingCode": reasons[share].get("code"),
-                      "waitingReason": reasons[share].get("message")})  # fmt: skip
+        job_id = jobs[0]["jobArn"].rsplit("/", 1)[-1]
+        job = listed.get(job_id)
+        if job is None:  # not on a page asked for: its name from its description
+            try:
+                job = await bus.request("describe-service-job", jobId=job_id, jobQueue=name)
+            except ClientError:  # ended between the two reads
+                continue
+        reason = jobs[0].get("waitingReason") or {}
+        heads.append({"quotaShareName": each, "jobId": job_id, "jobName": job["jobName"],
+                      "jobLabel": job_label(job_id, job["jobName"]),
+                      "schedulingPriority": job["schedulingPriority"], "status": "RUNNABLE",
+                      "waitingCode": reason.get("code"), "waitingReason": reason.get("message")})
     total = snapshot["queueUtilization"]["totalCapacityUsage"]
     counts = await job_counts(bus.nc, name)
     for row in rows:
         row["jobs"] = None if counts is None else counts.get(row["quotaShareName"], {})
     return {"jobQueue": name, "units": units, "shares": rows, "heads": heads,
+            "waiting": {page["quotaShareName"]: page for page in pages},
             "runnable": len(snapshot["frontOfQueue"]["jobs"]), "totalCapacityUsage": total,
             "environment": environment_of(environments["serviceEnvironments"], name, total)}
+
+
+async def job_name(bus, job_id: str) -> str | None:
+    """A job's name from the scheduler's description (or the projection's, for a job it has
+    forgotten); None when neither knows the job."""
+    try:
+        return (await bus.request("describe-service-job", jobId=job_id))["jobName"]
+    except (ClientError, asyncio.TimeoutError, TimeoutError, NoRespondersError):
+        return None
 
 
 async def job_counts(nc, queue: str) -> dict[str, dict[str, int]] | None:
@@ -149,7 +194,8 @@ async def job(bus, js, job_id: str) -> dict[str, Any]:
         described = await bus.request("describe-service-job", jobId=job_id)
     except ClientError as error:
         described = {"error": str(error)}
-        named = await search.job_ids_named(js, job_id)  # not an id: a job name, as `explain` takes it
+        # not an id: a job name, as `explain` takes it
+        named = await search.job_ids_named(js, job_id)
         if len(named) > 1:
             text = (f"Job name {job_id} names {len(named)} jobs: {', '.join(named)}; search for "
                     "one of their ids.")  # fmt: skip
@@ -162,23 +208,7 @@ async def job(bus, js, job_id: str) -> dict[str, Any]:
     # the page shows neither; served unauthenticated on loopback, they stay out (a payload's
     # Environment may hold a team's secrets: services/scheduler/api.py PRIVATE)
     described = {key: value for key, value in described.items() if key not in PRIVATE}
-    return {"jobId": job_id, "job": described,
+    return {"jobId": job_id, "jobLabel": job_label(job_id, described.get("jobName") or ""),
+            "job": described,
             "story": [entry.document() for entry in entries],
             "text": render(entries, job_id) if entries else f"No fact names job {job_id}."}
-
-
-async def utilization(nc, window: str, per: str, last_at: float | None) -> dict[str, Any]:
-    """The projector's `utilization` over the last `window` (15m, 1h, 6h, 24h) up to now (or
-    the last fact's time, if the log's clock is behind now), or why there is none."""
-    seconds, bucket = WINDOWS.get(window, WINDOWS["1h"])
-    t1 = max(time.time(), last_at or 0.0) if last_at is None or last_at > 1e9 else last_at
-    t0 = t1 - seconds
-    try:
-        answer = await ask_projector(nc, "utilization", timeout=10.0, t0=t0, t1=t1,
-                                     bucketSeconds=bucket, per=per)  # fmt: skip
-    except ProjectorUnavailable as error:
-        return {"available": False, "reason": f"No usage over time: {error}."}
-    except ProjectorError as error:
-        return {"available": False, "reason": f"The projector refused: {error}."}
-    return {"available": True, "t0": t0, "t1": t1, "bucketSeconds": bucket, "per": per,
-            "position": answer.get("position"), "rows": answer["rows"]}  # fmt: skip

@@ -6,16 +6,24 @@ can per fact: the job queue, share and kind come from the subject (`qm.fact.<que
 <kind>`); the payload is parsed as plain JSON for the job id and time; a dispatch or a
 preemption is kept as it came and decoded into a fact (for its sentence) only when the page
 asks for the recent activity.
+
+Jobs are named by their labels (`events.labels`: a UUID id reads as its name).  The names
+come from the JobSubmitted facts the follower reads (the last NAMES_KEPT of them); a job
+submitted before the follower's look-back is named by the scheduler's description, once, on
+the first page that shows it: no request reads the log again for a name.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections import deque
+from collections import OrderedDict, deque
+from collections.abc import Awaitable, Callable
 from typing import Any
 
+from quotasched.events import facts as F
 from quotasched.events.codec import decode_fact
+from quotasched.events.labels import job_label
 from quotasched.events.subjects import ANY
 from quotasched.services import logs
 from quotasched.services.nats.bus import last_sequence
@@ -28,6 +36,7 @@ LOOK_BACK = 5000  # facts read before the log's end at start, for the recent act
 CLIENT_BACKLOG = 1000  # events queued for a slow page before it is told to re-fetch everything
 SHOWN_KINDS = ("JobDispatched", "JobPreempted")  # and the ends: SUCCEEDED, FAILED (`shown`)
 ENDS = ("SUCCEEDED", "FAILED")
+NAMES_KEPT = 100_000  # job names remembered (about 100 bytes each), the newest kept
 
 
 def shown(event: dict[str, Any]) -> bool:
@@ -53,6 +62,8 @@ def event_of(seq: int, data: bytes, subject: str) -> dict[str, Any]:
     if isinstance(payload, dict):
         event["jobId"] = payload.get("jobId")
         event["at"] = payload.get("at")
+        if kind == "JobSubmitted":
+            event["jobName"] = payload.get("jobName")
         if kind == "JobStatusChanged":
             event["status"] = payload.get("status")
     return event
@@ -60,7 +71,8 @@ def event_of(seq: int, data: bytes, subject: str) -> dict[str, Any]:
 
 class Follower:
     """`run()` follows the log until cancelled; `listen()` / `unlisten(queue)` for a stream's
-    own queue of events; `activity(job_queue)` the latest dispatches and preemptions."""
+    own queue of events; `activity(job_queue, name_of)` the latest dispatches, preemptions
+    and ends."""
 
     def __init__(self, js):
         self.js = js
@@ -68,6 +80,7 @@ class Follower:
         self.recent: dict[str, deque] = {}
         self.position = 0
         self.last_at: float | None = None
+        self.names: OrderedDict[str, str] = OrderedDict()  # job id -> job name
 
     def listen(self) -> asyncio.Queue:
         inbox: asyncio.Queue = asyncio.Queue(maxsize=CLIENT_BACKLOG)
@@ -90,23 +103,53 @@ class Follower:
             self.position = seq
             if isinstance(event.get("at"), (int, float)):
                 self.last_at = event["at"]
+            if isinstance(event.get("jobName"), str) and isinstance(event.get("jobId"), str):
+                self.remember(event["jobId"], event["jobName"])
             if shown(event):
-                self.recent.setdefault(event["jobQueue"], deque(maxlen=RECENT)).append((event, data))
+                recent = self.recent.setdefault(event["jobQueue"], deque(maxlen=RECENT))
+                recent.append((event, data))
             for inbox in list(self.listeners):
                 self._put(inbox, event)
 
-    def activity(self, job_queue: str) -> list[dict]:
+    def remember(self, job_id: str, job_name: str) -> None:
+        self.names[job_id] = job_name
+        self.names.move_to_end(job_id)
+        while len(self.names) > NAMES_KEPT:
+            self.names.popitem(last=False)
+
+    async def activity(self, job_queue: str,
+                       name_of: Callable[[str], Awaitable[str | None]]) -> list[dict]:  # fmt: skip
         """The queue's recent dispatches, preemptions and ends, newest first, each with its
-        sentence."""
+        sentence and the labels of the jobs it names (`jobLabel`, and for a preemption
+        `preemptorJobId` and `preemptorLabel`).  `name_of(job_id)` names a job the follower
+        has not seen submitted (the scheduler's description); its answer is kept."""
         from quotasched.services.explain.narrate import sentence
 
         shown = []
         for event, data in reversed(self.recent.get(job_queue, ())):
             try:
-                shown.append({**event, "sentence": sentence(decode_fact(data))})
+                fact = decode_fact(data)
             except ValueError as error:  # a fact this version cannot read: without words
                 log.warning("the web view cannot read a fact", seq=event["seq"], error=str(error))
                 shown.append({**event, "sentence": f"{event['kind']} {event.get('jobId')}"})
+                continue
+            ids = [fact.job_id]
+            if isinstance(fact, F.JobPreempted):
+                ids.append(fact.preemptor_job_id)
+            elif isinstance(fact, F.JobDispatched):
+                ids.extend(fact.after_preemption_of)
+            names = {job_id: self.names.get(job_id) for job_id in ids}
+            missing = sorted(job_id for job_id, name in names.items() if name is None)
+            for job_id, name in zip(missing, await asyncio.gather(*map(name_of, missing))):
+                names[job_id] = name or job_id  # unknown: its id is all there is
+                self.remember(job_id, names[job_id])
+            labels = {job_id: job_label(job_id, name) for job_id, name in names.items()}
+            entry = {**event, "jobName": names[fact.job_id],
+                     "jobLabel": labels[fact.job_id], "sentence": sentence(fact, labels)}
+            if isinstance(fact, F.JobPreempted):
+                entry["preemptorJobId"] = fact.preemptor_job_id
+                entry["preemptorLabel"] = labels[fact.preemptor_job_id]
+            shown.append(entry)
         return shown
 
     @staticmethod

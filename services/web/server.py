@@ -1,14 +1,21 @@
 """The web view's HTTP side: an aiohttp server on loopback, read-only (GET only).
 
-    GET /                                the page (static/index.html)
+    GET /?queue=Q&share=S&offset=N&window=1h&job=J
+                                         the page, its first state rendered here (render.py)
     GET /static/...                      its script, style and vendored Chart.js
     GET /api/queues                      {"jobQueues": [...], "position": last fact seen}
-    GET /api/queue?name=Q                shares (per unit: limit, inUse, borrowed, lent, ...)
-                                         and heads with why each waits (the core's reason)
-    GET /api/activity?name=Q             recent dispatches and preemptions (from the log)
+    GET /api/queue?name=Q[&share=S&offset=N&limit=L]
+                                         shares (per unit: limit, inUse, borrowed, lent, ...),
+                                         heads, and a page of each share's waiting jobs (of S
+                                         alone from N, when S is given) with why each waits
+    GET /api/waiting?name=Q&share=S&offset=N&limit=L
+                                         a page of S's waiting jobs, in dispatch order
+                                         (offset >= 0, limit 0-100, default 0 and 20)
+    GET /api/activity?name=Q             recent dispatches, preemptions and ends (the log)
+    GET /api/usage?name=Q&window=1h      instances in use per share and in all, step lines at
+                                         the facts' times (the projection), or why none
     GET /api/job?id=J                    describe-service-job and the job's story (explain); J
                                          may be a job name
-    GET /api/utilization?window=1h&per=share   the projector's utilization, or why none
     GET /api/events                      Server-Sent Events: one `fact` event per fact
 
 An error is `{"error": message}` with status 400 (a bad request, an unknown queue or job),
@@ -25,13 +32,14 @@ import json
 from pathlib import Path
 
 from aiohttp import web
+from nats.errors import NoRespondersError
 
 from quotasched.services import logs
 from quotasched.services.client.commands import ClientError
 from quotasched.services.endpoint.server import is_loopback
 from quotasched.services.http_guard import BindError, ConnectionGuard, bind
 from quotasched.services.settings import HttpOptions
-from quotasched.services.web import answers
+from quotasched.services.web import answers, render, usage
 from quotasched.services.web.follow import Follower
 
 log = logs.get("quotasched.web")
@@ -80,8 +88,9 @@ class WebView:
         app.router.add_get("/", self._page)
         app.router.add_static("/static/", STATIC, follow_symlinks=False)
         for path, handler in (("queues", self._queues), ("queue", self._queue),
-                              ("activity", self._activity), ("job", self._job),
-                              ("utilization", self._utilization), ("events", self._events)):
+                              ("waiting", self._waiting), ("activity", self._activity),
+                              ("job", self._job), ("usage", self._usage),
+                              ("events", self._events)):  # fmt: skip
             app.router.add_get(f"/api/{path}", handler)
         try:
             sock = bind(self.host, self.port)
@@ -118,15 +127,60 @@ class WebView:
 
     # -- handlers ------------------------------------------------------------------------------
 
-    async def _page(self, request: web.Request) -> web.StreamResponse:
-        return web.FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-store"})
+    async def _page(self, request: web.Request) -> web.Response:
+        first = await self.first_state(request.query)
+        return web.Response(text=render.page(first), content_type="text/html",
+                            headers={"Cache-Control": "no-store"})  # fmt: skip
+
+    async def first_state(self, query) -> dict:
+        """What the page shows first, from the same answers as its JSON: the queue asked
+        (`queue`, else the first), its shares and waiting jobs (`share` and `offset` page one
+        share), the recent activity, the usage over `window`, and `job`'s story when asked.
+        A read that fails leaves its part empty and says why (the script tries again)."""
+        share, job = query.get("share", ""), query.get("job", "").strip()
+        first: dict = {"queues": [], "queue": None, "share": share, "window":
+                       query.get("window") if query.get("window") in usage.WINDOWS
+                       else usage.DEFAULT_WINDOW, "job": job,
+                       "position": self.follower.position, "view": None, "viewError": None,
+                       "activity": [], "usage": None, "story": None}  # fmt: skip
+        try:
+            first["queues"] = (await answers.queues(self.bus))["jobQueues"]
+            asked = query.get("queue")
+            first["queue"] = (asked if asked in first["queues"]
+                              else next(iter(first["queues"]), None))  # fmt: skip
+            if first["queue"] is not None:
+                first["view"] = await answers.queue(self.bus, first["queue"], share or None,
+                                                    query.get("offset"), query.get("limit"))
+        except ClientError as error:
+            first["viewError"] = str(error)
+        except (asyncio.TimeoutError, TimeoutError, NoRespondersError) as error:
+            first["viewError"] = f"the scheduler did not answer: {error}"
+        if first["queue"] is not None:
+            first["activity"] = await self.follower.activity(first["queue"], self._name_of)
+            first["usage"] = await usage.usage(self.bus.nc, first["queue"], first["window"],
+                                               self.follower.last_at)  # fmt: skip
+        if job:
+            if self._searching.locked():
+                first["story"] = {"error": "another job search is running; search again in a "
+                                           "moment"}  # fmt: skip
+            else:
+                async with self._searching:
+                    try:
+                        first["story"] = await self._search(job)
+                    except (ClientError, asyncio.TimeoutError, TimeoutError,
+                            NoRespondersError) as error:  # fmt: skip
+                        first["story"] = {"error": str(error)}
+        return first
+
+    async def _name_of(self, job_id: str) -> str | None:
+        return await answers.job_name(self.bus, job_id)
 
     async def _answer(self, work) -> web.Response:
         try:
             return _json(await work)
         except ClientError as error:
             return _json({"error": str(error)}, 400)
-        except (asyncio.TimeoutError, TimeoutError) as error:
+        except (asyncio.TimeoutError, TimeoutError, NoRespondersError) as error:
             return _json({"error": f"the scheduler did not answer: {error}"}, 503)
 
     async def _queues(self, request: web.Request) -> web.Response:
@@ -136,10 +190,22 @@ class WebView:
         return await self._answer(work())
 
     async def _queue(self, request: web.Request) -> web.Response:
-        return await self._answer(answers.queue(self.bus, request.query.get("name", "")))
+        query = request.query
+        return await self._answer(answers.queue(self.bus, query.get("name", ""),
+                                                query.get("share") or None, query.get("offset"),
+                                                query.get("limit")))  # fmt: skip
+
+    async def _waiting(self, request: web.Request) -> web.Response:
+        query = request.query
+        if not query.get("name") or not query.get("share"):
+            return _json({"error": "give a job queue and a quota share: "
+                                   "/api/waiting?name=Q&share=S&offset=0&limit=20"}, 400)
+        return await self._answer(answers.waiting(self.bus, query["name"], query["share"],
+                                                  query.get("offset"), query.get("limit")))
 
     async def _activity(self, request: web.Request) -> web.Response:
-        return _json({"events": self.follower.activity(request.query.get("name", ""))})
+        return _json({"events": await self.follower.activity(request.query.get("name", ""),
+                                                             self._name_of)})  # fmt: skip
 
     async def _job(self, request: web.Request) -> web.Response:
         job_id = request.query.get("id", "").strip()
@@ -164,10 +230,12 @@ class WebView:
             raise TimeoutError(f"the search ran past {self.http.search_timeout_s:g} s "
                                "(QUOTASCHED_HTTP_SEARCH_TIMEOUT_S)") from None
 
-    async def _utilization(self, request: web.Request) -> web.Response:
-        per = request.query.get("per", "share")
-        return await self._answer(answers.utilization(
-            self.bus.nc, request.query.get("window", "1h"), per, self.follower.last_at))  # fmt: skip
+    async def _usage(self, request: web.Request) -> web.Response:
+        name = request.query.get("name", "")
+        if not name:
+            return _json({"error": "give a job queue: /api/usage?name=Q&window=1h"}, 400)
+        return await self._answer(usage.usage(self.bus.nc, name, request.query.get("window", ""),
+                                              self.follower.last_at))  # fmt: skip
 
     async def _events(self, request: web.Request) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream",

@@ -1,7 +1,8 @@
 """The live web view of a real `quotasched up` (services/web): its JSON answers what the
 scheduler's read API answers for the notebook's story, its event stream pushes a new job's
 submission, its page ships Chart.js itself, and (with a headless Chromium) the page shows the
-shares.  QUOTASCHED_WRITE_SCREENSHOT=1 saves the browser's screenshot as docs/web-view.png."""
+shares and updates live.  test_web_first_render.py has the first render, the waiting lists'
+pages, the names of UUID-id jobs, the usage step lines and the escaping of markup."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from quotasched.events.labels import job_label
 from quotasched.services.client import Bus
 from quotasched.services.report import png as report_png
 from tests.integration.conftest import Process
@@ -139,6 +141,17 @@ async def test_the_web_view_answers_what_the_scheduler_answers_and_pushes_facts(
             assert waits and head["waitingReason"] == waits[-1], (head, waits)
             front = snapshot["frontOfQuotaShares"]["quotaShares"]["qs1"][0]["waitingReason"]
             assert front == {"code": head["waitingCode"], "message": head["waitingReason"]}
+            # every waiting job of each share, in dispatch order: by hand, qs1 has high
+            # (priority 3) then med (2), which waits behind high; the reasons are the core's
+            listed = await bus.request("list-waiting-jobs", jobQueue="q", quotaShareName="qs1")
+            qs1 = view["waiting"]["qs1"]
+            assert [job["jobId"] for job in qs1["jobs"]] == ["high", "med"] == \
+                [job["jobId"] for job in listed["jobs"]]
+            assert [job["waitingReason"] for job in qs1["jobs"]] == \
+                [job["waitingReason"] for job in listed["jobs"]]
+            assert qs1["jobs"][0]["waitingReason"] == front
+            assert qs1["jobs"][1]["waitingReason"]["code"] == "behind_higher_priority"
+            assert (view["waiting"]["qs2"]["total"], view["waiting"]["qs3"]["jobs"]) == (0, [])
 
             activity = await get(session, f"{web}/api/activity?name=q")
             kinds = [e["kind"] for e in activity["events"]]
@@ -154,13 +167,13 @@ async def test_the_web_view_answers_what_the_scheduler_answers_and_pushes_facts(
             # `up` runs the projector; it follows the log a little behind the scheduler
             deadline = time.monotonic() + 30
             while True:
-                utilization = await get(session, f"{web}/api/utilization?window=15m")
-                assert utilization["available"], utilization
-                shares = {r["quota_share"] for r in utilization["rows"]}
+                usage = await get(session, f"{web}/api/usage?name=q&window=15m")
+                assert usage["available"], usage
+                shares = {line["quotaShareName"] for line in usage["series"]}
                 if shares >= {"qs1", "qs2"} or time.monotonic() > deadline:
                     break
                 await asyncio.sleep(0.2)
-            assert shares >= {"qs1", "qs2"}, utilization
+            assert shares >= {"qs1", "qs2"}, usage
 
             # a new job: its submission is pushed
             await bus.submit_and_wait({"kind": "SubmitServiceJob", "jobId": "extra",
@@ -173,7 +186,9 @@ async def test_the_web_view_answers_what_the_scheduler_answers_and_pushes_facts(
             # the search takes a job name too, as `explain` does (issue 21)
             by_name = await get(session, f"{web}/api/job?id=extra-run")
             assert by_name["jobId"] == "extra" and by_name["job"]["jobName"] == "extra-run"
-            assert by_name["text"].startswith("extra ")
+            # the story names the job by its label (events.labels): its name, then its id
+            assert by_name["jobLabel"] == job_label("extra", "extra-run") == "extra-run (extra)"
+            assert by_name["text"].startswith("extra-run (extra) ")
 
             # a job's end is in the recent activity too (issue 32): med, terminated
             await bus.publish({"kind": "TerminateServiceJob", "jobId": "med", "reason": "test"},
@@ -284,16 +299,13 @@ async def test_the_page_shows_the_shares_and_updates_live_in_a_headless_browser(
         # the share filter (?share=, or its select): qs2's rows and activity only
         only = await chromium.open(f"{web}/?share=qs2")
         await chromium.until(only, lambda text: "b1 dispatched in qs2" in text
-                             and "no job waits at the head of qs2" in text
+                             and "no job waits in qs2" in text
                              and "high waits" not in text and "low dispatched" not in text,
                              "qs2 alone")  # fmt: skip
         await asyncio.sleep(1.0)  # the charts' animation
         shot = await chromium.call("Page.captureScreenshot", page, format="png")
     image = base64.b64decode(shot["data"])
     assert image[:8] == b"\x89PNG\r\n\x1a\n" and len(image) > 20_000
-    (tmp_path / "web-view.png").write_bytes(image)
-    if os.environ.get("QUOTASCHED_WRITE_SCREENSHOT") == "1":
-        (ROOT / "docs" / "web-view.png").write_bytes(image)
 
 
 @pytest.mark.parametrize("value", ["abc", "70000"])
@@ -309,8 +321,8 @@ def test_a_web_port_that_is_not_a_port_is_a_one_line_error(tmp_path, value):
 
 async def test_demo_serve_shows_usage_over_time_from_its_own_projector(tmp_path):
     """Issue 32 point 4: under `demo --serve` the page's usage over time said "no projector is
-    running". The demo runs one, as `up` does: after the story, the usage of qs1 and qs2 (by
-    hand: both ran jobs) is there."""
+    running". The demo runs one, as `up` does: after the story, the step lines of qs1 and qs2
+    (by hand: both ran jobs) are there, and all shares end at 2 (low and b1 run)."""
     demo = Process(["demo", "--serve"], {**os.environ, "COLUMNS": "200"}, tmp_path / "demo.log")
     try:
         deadline = time.monotonic() + 120
@@ -321,12 +333,14 @@ async def test_demo_serve_shows_usage_over_time_from_its_own_projector(tmp_path)
                    if line.startswith("WEB="))  # fmt: skip
         async with aiohttp.ClientSession() as session:
             while True:
-                answer = await get(session, f"{web}/api/utilization?window=15m")
+                answer = await get(session, f"{web}/api/usage?name=q&window=15m")
                 assert answer["available"], answer  # not "no projector is running"
-                shares = {row["quota_share"] for row in answer["rows"]}
-                if shares >= {"qs1", "qs2"} or time.monotonic() > deadline:
+                lines = {line["label"]: line["points"] for line in answer["series"]}
+                ended = lines.get("all shares", [[0, 0]])[-1][1] == 2
+                if {"qs1", "qs2"} <= set(lines) and ended or time.monotonic() > deadline:
                     break
                 await asyncio.sleep(0.2)
-        assert shares >= {"qs1", "qs2"}, answer
+        assert {"qs1", "qs2"} <= set(lines), answer
+        assert lines["all shares"][-1][1] == 2, lines
     finally:
         assert demo.stop() == 0, demo.output()[-3000:]

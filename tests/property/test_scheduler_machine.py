@@ -94,7 +94,7 @@ from quotasched.services.scheduler.core import State, catch_up_clock, decide, fo
 from quotasched.events.values import JobStatus
 from quotasched.services.scheduler.core.accounting import Scratch
 from quotasched.services.scheduler.core.views import canonical_state, state_document
-from quotasched.services.scheduler.core.waiting import waiting
+from quotasched.services.scheduler.core.waiting import in_order, waiting
 from tests.builders import Cluster
 from tests.checker import IndependentChecker
 from tests.property.conftest import REASONS, REPORTS, STRANGER, UNITS
@@ -685,6 +685,22 @@ class SchedulerMachine(RuleBasedStateMachine):
                 if not rules & expected:
                     _fail("reasons", f"head {head.id} of {name}: the shadow finds {why!r}, "
                           f"the core's misfits are {misfits}")  # fmt: skip
+        # list-waiting-jobs' reading: a share's waiting jobs in order, by a walk that costs
+        # what a page shows, and their count from the share's counters, against a scan
+        for queue in state.queues.values():
+            for share in queue.shares.values():
+                runnable = sorted(job.key() for job in state.jobs.values()
+                                  if job.share == share.name and job.queue == queue.name
+                                  and job.status is JobStatus.RUNNABLE)  # fmt: skip
+                walked = [job.key() for job in in_order(state, share, 0, len(runnable) + 5)]
+                if walked != runnable or share.live - len(share.dispatched) != len(runnable):
+                    _fail("reasons", f"share {share.name}: in order {walked}, counted "
+                          f"{share.live} - {len(share.dispatched)}, scanned {runnable}")
+                for index, key in enumerate(runnable):
+                    job = state.jobs[key[2]]
+                    told = waiting(state, job, ahead=index).text
+                    if told != waiting(state, job).text:
+                        _fail("reasons", f"{job.job_id}: told with {index} ahead: {told}")
         # the metric's reading (no sentences) decides the same code as explain's
         for job in state.jobs.values():
             if job.status is JobStatus.RUNNABLE:

@@ -31,6 +31,7 @@ shows the same sentence; a time is worded from `at`, never from a clock.
 from __future__ import annotations
 
 from datetime import datetime, timezone
+from heapq import heappop, heappush
 
 from quotasched.events.labels import job_label
 from quotasched.events.values import JobStatus
@@ -103,11 +104,14 @@ class Waiting:
         return f"Waiting({self.code}, {self.job_id})"
 
 
-def waiting(state: State, job: Job, told: tuple | None = None, words: bool = True) -> Waiting:
+def waiting(state: State, job: Job, told: tuple | None = None, words: bool = True,
+            ahead: int | None = None) -> Waiting:
     """Why the RUNNABLE `job` is not dispatched now.  Behind other jobs, when the kind of wait
     equals `told` (the `key` of what was told before), nothing more is worked out: the answer
     has its `key` and no `parts`.  Without `words`, only what decides the code is worked out
-    (`code`, `head`, `blocked`, `misfits`): no sentence, no `key` (the metric's reading)."""
+    (`code`, `head`, `blocked`, `misfits`): no sentence, no `key` (the metric's reading).
+    `ahead`: how many jobs of its share come before it, when the caller knows (`in_order`
+    does); else they are counted (a walk over the share's heap)."""
     queue = state.queues.get(job.queue)
     share = queue.shares.get(job.share) if queue is not None else None
     if queue is None or share is None:
@@ -124,7 +128,7 @@ def waiting(state: State, job: Job, told: tuple | None = None, words: bool = Tru
                                f"nothing is dispatched in job queue {queue.name}")  # fmt: skip
     head = state.peek(share)
     if head is not None and head is not job:
-        _behind(state, environment, queue, share, job, head, found, told, words)
+        _behind(state, environment, queue, share, job, head, found, told, words, ahead)
         return found
     blocked = blocked_reason(environment, queue, share, job.need)
     if blocked is not None:
@@ -160,7 +164,8 @@ def waiting(state: State, job: Job, told: tuple | None = None, words: bool = Tru
 
 
 def _behind(state: State, environment: Environment, queue: Queue, share: Share, job: Job,
-            head: Job, found: Waiting, told: tuple | None, words: bool = True) -> None:  # fmt: skip
+            head: Job, found: Waiting, told: tuple | None, words: bool = True,
+            ahead: int | None = None) -> None:  # fmt: skip
     """`job` waits behind `head`: the kind of wait (the story changes only when it does, not
     with every new head or usage change ahead of it), then why the head itself waits."""
     found.head = head
@@ -185,7 +190,7 @@ def _behind(state: State, environment: Environment, queue: Queue, share: Share, 
     else:
         text = (f"it is behind {label(head)}, submitted earlier with the same priority "
                 f"{job.priority}, at the head of {share.name}")
-    found.ahead = len(jobs_ahead(state, share, job))
+    found.ahead = len(jobs_ahead(state, share, job)) if ahead is None else ahead
     if found.ahead > 1:
         text += f" ({found.ahead} jobs are ahead of it in {share.name})"
     found.parts.append(text)
@@ -227,6 +232,34 @@ def jobs_ahead(state: State, share: Share, job: Job) -> list[str]:
                 and other.seq == seq and (priority, seq, other_id) < key):  # fmt: skip
             seen.add(other_id)
     return sorted(seen)
+
+
+def in_order(state: State, share: Share, offset: int, limit: int) -> list[Job]:
+    """The share's RUNNABLE jobs in dispatch order (its heap's order, stale entries passed
+    over as `State.peek` does), the first `offset` skipped, at most `limit`.  A best-first
+    walk down the heap: the work follows `offset + limit` (and the stale entries among them),
+    not the share's size, so a page of a long queue is as cheap as the first."""
+    heap, jobs = share.heap, state.jobs
+    found: list[Job] = []
+    if not heap or limit <= 0:
+        return found
+    seen: set[str] = set()  # a job requeued with the same key may have two equal entries
+    frontier: list[tuple[tuple[int, int, str], int]] = [(heap[0], 0)]
+    size = len(heap)
+    while frontier and len(found) < limit:
+        entry, index = heappop(frontier)
+        job = jobs.get(entry[2])
+        if (job is not None and job.status is JobStatus.RUNNABLE and job.key() == entry
+                and entry[2] not in seen):  # fmt: skip
+            seen.add(entry[2])
+            if offset:
+                offset -= 1
+            else:
+                found.append(job)
+        for child in (2 * index + 1, 2 * index + 2):
+            if child < size:
+                heappush(frontier, (heap[child], child))
+    return found
 
 
 # -- the rules of dispatch a head fails, and why preemption does not make room ------------------
