@@ -14,10 +14,11 @@ import os
 import tempfile
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from quotasched.events.codec import decode_fact
-from quotasched.services.explain.narrate import sentence
+from quotasched.services.explain.narrate import Names, sentence
 from quotasched.services.client import AsyncTrainingQueue, Bus
 from quotasched.services.runtime import Stack, stop_on_signals
 from quotasched.services.nats.log import read_log
@@ -55,6 +56,11 @@ STEPS = [
 # GPU it got (CUDA_VISIBLE_DEVICES, set by the agent) and sleeps until stopped.
 GPU_JOB = ("python3 -c \"import os, time; print('on GPU', os.environ['CUDA_VISIBLE_DEVICES'], "
            "flush=True); time.sleep(600)\"")
+# ... except two: `high` trains with checkpoints (examples/jobs/checkpointed_train.py, 40 steps
+# of 0.1 s), so that when `low` preempts it and then ends (after 3 s), its second attempt
+# resumes from the step it saved on SIGTERM; `grace` gives it 5 s to save.
+SHORT_GPU_JOB = GPU_JOB.replace("time.sleep(600)", "time.sleep(3)")
+TRAIN_ARGS = "--steps 40 --every 10 --step-seconds 0.1"
 
 
 async def run_demo(console: Console, pause_s: float = 1.0, serve: bool = False,
@@ -65,18 +71,22 @@ async def run_demo(console: Console, pause_s: float = 1.0, serve: bool = False,
     processes, each on its own GPU)."""
     with tempfile.TemporaryDirectory(prefix="quotasched-demo-") as data_dir:
         settings = Settings(data_dir=data_dir, tick_interval_s=0.5)
-        agent, tags = None, {"duration": "600"}
+        agent, tags, job_tags = None, {"duration": "600"}, {}
         if executor == "agent":
             from quotasched.services.executors.agent import AgentOptions
 
             agent = AgentOptions(gpus=["0", "1", "2"], capacity_unit=UNIT,
                                  service_environment="se", host="demo-host", grace_s=2.0,
-                                 heartbeat_s=0.5, host_timeout_s=3.0)  # fmt: skip
+                                 heartbeat_s=0.5, host_timeout_s=3.0,
+                                 checkpoint_dir=os.path.join(data_dir, "checkpoints"),
+                                 checkpoint_keep="never", grace_max_s=10.0)  # fmt: skip
             tags = {"command": GPU_JOB}
+            job_tags = _checkpointed_story()
         # with a projector, as `up` runs one: the web view's usage over time reads it
         async with Stack(settings, executor=executor, speed=1.0, aws_port=0, agent=agent,
                          executor_state_dir=data_dir, web_port=0,
-                         projector_db=os.path.join(data_dir, "quotasched.duckdb")) as stack:  # fmt: skip
+                         projector_db=os.path.join(data_dir, "quotasched.duckdb"),
+                         stop_jobs=agent is not None) as stack:  # fmt: skip
             what = ("the GPU agent on fake GPUs 0, 1, 2" if agent is not None
                     else "simulated executor")  # fmt: skip
             console.print(f"[bold]Embedded stack up[/] at {stack.url} "
@@ -95,12 +105,14 @@ async def run_demo(console: Console, pause_s: float = 1.0, serve: bool = False,
                     for name, share, priority in submissions:
                         jobs[name] = await queue.submit(
                             name, job_id=name, quota_share_name=share, priority=priority,
-                            instance_type=UNIT, tags=tags,
+                            instance_type=UNIT, tags=job_tags.get(name, tags),
                         )  # fmt: skip
                     await asyncio.sleep(pause_s)
                 console.rule("Team 1 raises low to priority 4 (UpdateServiceJob)")
                 await jobs["low"].update(scheduling_priority=4)
                 await asyncio.sleep(pause_s * 2)
+                if "high" in job_tags:
+                    await _resumes(console, data_dir)
                 narrator.cancel()
                 await asyncio.gather(narrator, return_exceptions=True)
                 await _usage(console, await queue.snapshot(), bus)
@@ -110,6 +122,52 @@ async def run_demo(console: Console, pause_s: float = 1.0, serve: bool = False,
                 stop_on_signals(stack.stop)
                 _serving(console, stack)
                 await stack.stop.wait()
+
+
+def _checkpointed_story() -> dict[str, dict[str, str]]:
+    """The agent demo's tags for `high` (the checkpointed example job) and `low` (a short
+    one); none where the example is not there (an installed wheel without it)."""
+    import shlex
+    import sys
+
+    from quotasched import examples_dir
+
+    script = examples_dir() / "jobs" / "checkpointed_train.py"
+    if not script.is_file():
+        return {}
+    command = f"{shlex.quote(sys.executable)} {shlex.quote(str(script))} {TRAIN_ARGS}"
+    return {"high": {"command": command, "grace": "5"}, "low": {"command": SHORT_GPU_JOB}}
+
+
+async def _resumes(console: Console, data_dir: str, timeout_s: float = 60.0) -> None:
+    """`low` ends, `high` is dispatched again and resumes from the step it saved when it was
+    preempted; once it has trained to the end, its checkpoint directory is removed."""
+    import re
+    from pathlib import Path
+
+    console.rule("low ends: high runs again and resumes from its checkpoint")
+    second = Path(data_dir) / "logs" / "high" / "2.log"
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    said = ""
+    while loop.time() < deadline and not re.search(r"resumed from|starting from|done at", said):
+        await asyncio.sleep(0.2)
+        said = second.read_text() if second.exists() else ""
+    found = re.search(r"resumed from step (\d+)", said)
+    if found:
+        console.print(f"[bold]high resumed from its checkpoint at step {found.group(1)}[/] "
+                      "(attempt 2; attempt 1 saved it on SIGTERM when low preempted it)")
+    else:
+        console.print(f"high did not resume from a checkpoint: {said.strip() or 'no attempt 2'}",
+                      markup=False)  # fmt: skip
+        return
+    folder = Path(data_dir) / "checkpoints" / "high"
+    while loop.time() < deadline and ("done at" not in said or folder.exists()):
+        await asyncio.sleep(0.2)
+        said = second.read_text()
+    if "done at" in said and not folder.exists():
+        console.print("high trained to its last step and SUCCEEDED; its checkpoint directory is "
+                      "removed (QUOTASCHED_CHECKPOINT_KEEP=never)")  # fmt: skip
 
 
 def _gpus(console: Console, data_dir: str, jobs: dict) -> None:
@@ -139,12 +197,15 @@ def _serving(console: Console, stack: Stack) -> None:
 
 
 async def _narrate(bus: Bus, console: Console) -> None:
+    names = Names()  # jobs read by name (`events.labels`)
     async for _, data, _ in read_log(bus.js, follow=True):
         fact = decode_fact(data)
+        names.see(fact)
         if fact.kind in ("JobDispatched", "JobPreempted", "JobSubmitted", "JobPriorityUpdated",
                          "JobStatusChanged", "ShareBlocked", "CommandRejected"):  # fmt: skip
             style = {"JobPreempted": "bold red", "JobDispatched": "green"}.get(fact.kind, "")
-            console.print(f"  [{style}]{sentence(fact)}[/]" if style else f"  {sentence(fact)}")
+            text = escape(sentence(fact, names))  # a reason may hold [brackets]
+            console.print(f"  [{style}]{text}[/]" if style else f"  {text}")
 
 
 async def _usage(console: Console, snapshot: dict, bus: Bus) -> None:

@@ -91,6 +91,15 @@ class Settings(BaseSettings):
     # directories go (`--work-dir`; default <state dir>/work): services/executors/jobuser.py.
     run_as: str | None = None
     job_work_dir: str | None = None
+    # The GPU agent's per-job checkpoint directories, `<checkpoint_dir>/<job>`, kept across the
+    # job's attempts (default <state dir>/checkpoints; share it between the hosts for a job
+    # to resume on another one), and what is kept once the job ended: never, failed (its
+    # checkpoints stay for a look or a resubmission) or always (services/executors/checkpoints.py).
+    checkpoint_dir: str | None = None
+    checkpoint_keep: Literal["never", "failed", "always"] = "never"
+    # The most seconds between SIGTERM and SIGKILL a job may ask for (its tag `grace`) when it
+    # is preempted or terminated; a job asking for nothing gets the executor's --grace.
+    preempt_grace_max_s: float = Field(60.0, ge=0, allow_inf_nan=False)
 
     @field_validator("pass_env", mode="before")
     @classmethod

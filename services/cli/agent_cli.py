@@ -85,7 +85,7 @@ def agent_command(
         "--state-dir", envvar="QUOTASCHED_EXECUTOR_STATE_DIR",
         help="The attempts this agent runs (its ledger) and its records.")] = Path(".quotasched"),
     logs_dir: Annotated[Optional[Path], typer.Option("--logs-dir", help="Where each attempt's output goes, <job>/<attempt>.log (default: <state-dir>/logs).", show_default=False)] = None,
-    grace: Annotated[float, typer.Option("--grace", help="Seconds between SIGTERM and SIGKILL when an attempt is stopped.")] = 10.0,
+    grace: Annotated[float, typer.Option("--grace", help="Seconds between SIGTERM and SIGKILL when an attempt is stopped (a job's tag `grace` sets its own, at most QUOTASCHED_PREEMPT_GRACE_MAX_S).")] = 10.0,
     place_timeout: Annotated[float, typer.Option("--place-timeout", help="Seconds an attempt may wait for a host with enough free GPUs before it is reported INSUFFICIENT_CAPACITY.")] = 10.0,
     victim_timeout: Annotated[float, typer.Option("--victim-timeout", help="Seconds a preemptor waits at most for its victims to stop.")] = 60.0,
     heartbeat: Annotated[float, typer.Option("--heartbeat", help="Seconds between heartbeats.")] = 2.0,

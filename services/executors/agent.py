@@ -19,7 +19,11 @@ session, SIGTERM then SIGKILL after the grace period, the ledger) with GPUs to h
   stopped, here (their process exited) or on another host (its heartbeat no longer lists them,
   or the host is no longer live), then it is placed;
 - a (re)started agent places nothing before `join`: `recover` has stopped the processes its
-  previous run left (whose GPUs it does not know) by then, and the fleet is watched.
+  previous run left (whose GPUs it does not know) by then, and the fleet is watched;
+- each job has a checkpoint directory that every attempt of it gets (checkpoints.py), removed
+  once the job is over and no host runs it any more; a preemption gives the job its own grace
+  period (its tag `grace`, at most QUOTASCHED_PREEMPT_GRACE_MAX_S) to save a checkpoint, and
+  its GPUs stay held until it has exited.
 
 Each agent also appends what it did to `<state_dir>/agent-<host>.records.jsonl` (claim,
 start with pid, end; wall-clock nanoseconds), for audits and the tests' invariant checker.
@@ -39,8 +43,9 @@ from typing import Any
 from quotasched.events.base import is_path_component
 from quotasched.events.facts import JobDispatched, JobPreempted, JobQueueCreated, JobQueueUpdated
 from quotasched.services import logs
-from quotasched.services.executors import containers, jobenv
-from quotasched.services.executors.base import Attempt, ExecutorFact, Publish
+from quotasched.services.executors import checkpoints, containers, jobenv
+from quotasched.services.executors.base import Attempt, ExecutorFact, Publish, job_over
+from quotasched.services.executors.checkpoints import Checkpoints
 from quotasched.services.executors.containers import RUNTIMES
 from quotasched.services.executors.fleet import Fleet
 from quotasched.services.executors.ledger import Entry, Ledger
@@ -95,10 +100,47 @@ class AgentOptions:
     host_timeout_s: float = 10.0
     container_runtime: str | None = None  # docker or podman: jobs naming an image run in it
     container_devices: bool = False  # hand the GPUs to containers as devices (a driver is there)
+    # None: from QUOTASCHED_CHECKPOINT_DIR, _KEEP and QUOTASCHED_PREEMPT_GRACE_MAX_S (`settle`)
+    checkpoint_dir: str | None = None  # None there too: <state_dir>/checkpoints
+    checkpoint_keep: str | None = None
+    grace_max_s: float | None = None
+    settled: bool = field(default=False, init=False, repr=False, compare=False)
+
+    def settle(self) -> None:
+        """Fill what is not given from the QUOTASCHED_* settings (settings.py: how `quotasched
+        agent` and `up` set them), once; ValueError, one line, for a value they refuse."""
+        if self.settled or None not in (self.checkpoint_dir, self.checkpoint_keep,
+                                        self.grace_max_s):  # fmt: skip
+            self.settled = True
+            return
+        from pydantic import ValidationError
+
+        from quotasched.services.settings import Settings
+
+        try:
+            settings = Settings()
+        except ValidationError as error:
+            raise ValueError("; ".join(
+                f"QUOTASCHED_{'_'.join(map(str, e['loc'])).upper()}: {e['msg']}"
+                for e in error.errors())) from None  # fmt: skip
+        if self.checkpoint_dir is None:
+            self.checkpoint_dir = settings.checkpoint_dir
+        if self.checkpoint_keep is None:
+            self.checkpoint_keep = settings.checkpoint_keep
+        if self.grace_max_s is None:
+            self.grace_max_s = settings.preempt_grace_max_s
+        self.settled = True
 
     def check(self) -> None:
         if self.container_runtime is not None and self.container_runtime not in RUNTIMES:
             raise ValueError(f"--container-runtime {self.container_runtime}: docker or podman")
+        self.settle()
+        if self.checkpoint_keep not in checkpoints.KEEP:
+            raise ValueError(f"checkpoint keep {self.checkpoint_keep!r}: never, failed or always")
+        if self.grace_max_s is None or not 0 <= self.grace_max_s < float("inf"):
+            raise ValueError(f"the most grace a job may ask for, {self.grace_max_s}: seconds >= 0")
+        if self.checkpoint_dir is not None:
+            checkpoints.check_root(self.checkpoint_dir, self.container_runtime is not None)
         if not re.fullmatch(HOST_PATTERN, self.host):
             raise ValueError(f"host name {self.host!r}: letters, digits, '-', '_' and dots")
         if self.host_timeout_s <= 2 * self.heartbeat_s:
@@ -123,9 +165,15 @@ class GpuAgent(ProcessExecutor):
     def __init__(self, publish: Publish, options: AgentOptions, fleet: Fleet,
                  ledger: Ledger | None = None, state_dir: str | None = None):  # fmt: skip
         super().__init__(publish, grace_s=options.grace_s, ledger=ledger)
+        options.settle()
         self.options = options
         self.fleet = fleet
         self.logs_dir = options.logs_dir or os.path.join(state_dir or ".quotasched", "logs")
+        root = options.checkpoint_dir or os.path.join(state_dir or ".quotasched", "checkpoints")
+        checkpoints.check_root(os.path.abspath(root), options.container_runtime is not None)
+        self.checkpoints = Checkpoints(root, options.checkpoint_keep or "never")
+        self.grace_max_s = options.grace_max_s  # a job's tag `grace`, at most (grace_for)
+        self.removing: set[asyncio.Task] = set()  # checkpoint directories of ended jobs
         self.records_path = (os.path.join(state_dir, f"agent-{options.host}.records.jsonl")
                              if state_dir is not None else None)  # fmt: skip
         self.held: dict[str, tuple[str, int]] = {}  # GPU -> the attempt holding it
@@ -144,6 +192,12 @@ class GpuAgent(ProcessExecutor):
         self._mirrored = -1  # the ledger version last copied to the fleet's KV
 
     # -- the fact log ------------------------------------------------------------------------
+
+    async def on_fact(self, fact: ExecutorFact) -> None:
+        await super().on_fact(fact)  # a stop it calls for is over when this returns
+        over = job_over(fact)
+        if over is not None:
+            self._job_over(*over)
 
     def learn(self, fact: ExecutorFact) -> None:
         super().learn(fact)
@@ -175,6 +229,30 @@ class GpuAgent(ProcessExecutor):
             await asyncio.gather(placing[1], return_exceptions=True)
             return
         await super()._stop(job_id, attempt_number)
+
+    # -- checkpoints -------------------------------------------------------------------------
+
+    def _job_over(self, job_id: str, attempt: int, failed: bool) -> None:
+        """The job has ended: its checkpoint directory goes (unless kept), once no host runs
+        an attempt of it any more (under a shared root another host may still be stopping
+        it, its process saving a checkpoint there)."""
+        if self.checkpoints.keeps(failed) or not self.checkpoints.exists(job_id):
+            return
+        task = asyncio.create_task(self._remove_checkpoints(job_id, attempt))
+        self.removing.add(task)
+        task.add_done_callback(self.removing.discard)
+
+    async def _remove_checkpoints(self, job_id: str, attempt: int) -> None:
+        """Wait while an attempt of the job is still here or listed by another live host (a
+        lost one drops out of the live hosts), then remove the directory."""
+        while job_id in self.running or job_id in self.placing \
+                or self.fleet.runs_elsewhere(job_id, attempt):  # fmt: skip
+            await asyncio.sleep(0.2)
+        try:
+            await asyncio.to_thread(self.checkpoints.remove, job_id)  # it may be large
+        except OSError as error:
+            log.warning("could not remove a checkpoint directory", job_id=job_id,
+                        path=self.checkpoints.path(job_id), error=str(error))  # fmt: skip
 
     # -- placing -----------------------------------------------------------------------------
 
@@ -323,12 +401,14 @@ class GpuAgent(ProcessExecutor):
         return entry["gpus"] if entry else []
 
     def environment(self, attempt: Attempt, **fixed: str) -> dict[str, str]:
-        """The process executor's (built, no credential: jobenv.py) with exactly its GPUs.  A
-        container gets these variables (`argv`, `--env`); its runtime's client, the attempt's
-        process once `argv` chose a container, also gets the executor's runtime settings
-        (jobenv.RUNTIME_CLIENT: CONTAINERS_CONF, XDG_RUNTIME_DIR, DOCKER_HOST, ...), which
-        the container does not see."""
+        """The process executor's (built, no credential: jobenv.py) with exactly its GPUs and
+        the job's checkpoint directory.  A container gets these variables (`argv`, `--env`;
+        the directory as its mount point, or not at all without a CheckpointConfig); its
+        runtime's client, the attempt's process once `argv` chose a container, also gets the
+        executor's runtime settings (jobenv.RUNTIME_CLIENT: CONTAINERS_CONF, XDG_RUNTIME_DIR,
+        DOCKER_HOST, ...), which the container does not see."""
         env = super().environment(attempt, CUDA_VISIBLE_DEVICES=",".join(self.gpus_of(attempt)),
+                                  **{checkpoints.VARIABLE: self.checkpoints.path(attempt.job_id)},
                                   **fixed)  # fmt: skip
         if (attempt.job_id, attempt.attempt) in self.in_containers:
             return {**jobenv.runtime_client(os.environ), **env}
@@ -339,7 +419,8 @@ class GpuAgent(ProcessExecutor):
 
     def argv(self, attempt: Attempt) -> list[str]:
         """The job's command, or with a container runtime and an image, the runtime's client
-        running it in a container (containers.py)."""
+        running it in a container (containers.py), the job's checkpoint directory mounted
+        where its CheckpointConfig says (checkpoints.py)."""
         runtime = self.options.container_runtime
         image = containers.image_of(attempt.spec) if runtime is not None else None
         containers.check_attempt(attempt.job_id, image)  # a job from an older log: fails here
@@ -350,11 +431,16 @@ class GpuAgent(ProcessExecutor):
         except ValueError:
             command = []  # no command: the image's own entrypoint
         env = self.environment(attempt)  # the same variables as a process (jobenv.py)
+        source = env.pop(checkpoints.VARIABLE)
+        target = checkpoints.container_path(attempt.spec)
+        mounts = ((source, target),) if target is not None else ()
+        if target is not None:
+            env[checkpoints.VARIABLE] = target
         self.in_containers.add((attempt.job_id, attempt.attempt))
         user = self.job_user and f"{self.job_user.uid}:{self.job_user.gid}"
         return containers.run_argv(runtime, containers.container_name(attempt.job_id, attempt.attempt),
                                    image, command, env, self.gpus_of(attempt),
-                                   self.options.container_devices, user)  # fmt: skip
+                                   self.options.container_devices, user, mounts)  # fmt: skip
 
     def runs_as(self, attempt: Attempt):
         """In a container, the runtime's client runs as the agent (the container as the job
@@ -372,6 +458,8 @@ class GpuAgent(ProcessExecutor):
 
     async def execute(self, attempt: Attempt) -> tuple[str, str | None]:
         try:
+            if attempt.adopted is None:  # its checkpoint directory, before anything of it runs
+                self.checkpoints.prepare(attempt.job_id, self.job_user)
             status, reason = await super().execute(attempt)
         except asyncio.CancelledError:
             raise  # `interrupt` stops the process and records the end
@@ -395,8 +483,8 @@ class GpuAgent(ProcessExecutor):
         key = (attempt.job_id, attempt.attempt)
         if key in self.in_containers and self.options.container_runtime is not None:
             self.in_containers.discard(key)  # the runtime stops it: a signal to its client may not
-            await containers.stop(self.options.container_runtime,
-                                  containers.container_name(*key), self.grace_s)
+            await containers.stop(self.options.container_runtime, containers.container_name(*key),
+                                  self.grace_for(attempt.spec, attempt.job_id))  # fmt: skip
         await super().interrupt(attempt)
         self._ended(attempt, "STOPPED")
 
@@ -492,6 +580,9 @@ class GpuAgent(ProcessExecutor):
         if self._beating is not None:
             self._beating.cancel()
             await asyncio.gather(self._beating, return_exceptions=True)
+        for task in list(self.removing):  # waiting on another host: its next start does not
+            task.cancel()  # know of them (the operator removes <root>/<job>; docs/executors.md)
+        await asyncio.gather(*list(self.removing), return_exceptions=True)
         for _, task in list(self.placing.values()):
             task.cancel()
         await asyncio.gather(*(task for _, task in list(self.placing.values())), return_exceptions=True)

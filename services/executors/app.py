@@ -72,7 +72,10 @@ def build_executor(broker: NatsBroker, kind: str, *, speed: float = 1.0, grace_s
     if kind == "simulated":
         executor: Executor = SimulatedExecutor(publish, speed=speed, ledger=ledger)
     elif kind == "process":
+        from quotasched.services.settings import Settings
+
         executor = ProcessExecutor(publish, grace_s=grace_s, ledger=ledger)
+        executor.grace_max_s = Settings().preempt_grace_max_s  # a job's tag `grace`, at most
     else:  # boto3 and the scheduler's naming only for the executor that needs them
         from quotasched.services.executors.sagemaker import SageMakerExecutor
 

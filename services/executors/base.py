@@ -72,6 +72,17 @@ STOPPED = (JobStatus.FAILED, JobStatus.RUNNABLE)
 ENDED = (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.RUNNABLE)
 
 
+def job_over(fact: ExecutorFact) -> tuple[str, int, bool] | None:
+    """(job, its last attempt, whether it FAILED) when `fact` says the job is over: a status
+    that ends it (SUCCEEDED, FAILED for good, terminated), or a preemption that fails it;
+    None otherwise (a preemption that requeues it is not its end)."""
+    if isinstance(fact, JobStatusChanged) and fact.status.terminal:
+        return fact.job_id, fact.attempt, fact.status is JobStatus.FAILED
+    if isinstance(fact, JobPreempted) and fact.outcome is PreemptionOutcome.FAILED:
+        return fact.job_id, fact.attempt, True
+    return None
+
+
 def consumer_name(kind: str, name: str | None = None, job_queue: str | None = None) -> str:
     """An executor's durable consumer, which also names its ledger file (`<it>.json`)."""
     return f"executor-{name or (kind if job_queue is None else f'{kind}-{job_queue}')}"
@@ -165,9 +176,7 @@ class Executor:
         if isinstance(fact, JobSubmitted):
             self.specs[fact.job_id] = {"tags": fact.tags or {},
                                        "payload": fact.service_request_payload}  # fmt: skip
-        elif (isinstance(fact, JobStatusChanged) and fact.status.terminal) or (
-                isinstance(fact, JobPreempted)
-                and fact.outcome is PreemptionOutcome.FAILED):  # fmt: skip
+        elif job_over(fact) is not None:
             self.specs.pop(fact.job_id, None)  # the job is over
 
     def _ended_meanwhile(self, fact: JobPreempted | JobStatusChanged) -> None:

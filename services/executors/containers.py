@@ -4,7 +4,9 @@ A job that names an image (its tag `image`, or the SageMaker payload's
 `AlgorithmSpecification.TrainingImage`) runs as
 
     <runtime> run --rm --name=quotasched-<job>-<attempt> --env=CUDA_VISIBLE_DEVICES=<its GPUs>
-        --env=QUOTASCHED_JOB_ID=... --env=QUOTASCHED_ATTEMPT=... [GPU devices] -- <image> [command]
+        --env=QUOTASCHED_JOB_ID=... --env=QUOTASCHED_ATTEMPT=... [GPU devices]
+        [--mount=type=bind,source=<the job's checkpoint directory>,target=<LocalPath>]
+        -- <image> [command]
 
 where the command is the job's own (tag `command`, payload `Command` or
 `ContainerEntrypoint` + `ContainerArguments`; none: the image's entrypoint).  The runtime's
@@ -12,10 +14,13 @@ client is the attempt's process, so everything the process executor does holds: 
 has its pid before it runs, its output goes to the attempt's log, and its exit code is the
 container's.  GPU devices: where NVML found the GPUs (a driver is there), docker gets
 `--gpus "device=0,1"` and podman the CDI devices `nvidia.com/gpu=0`...; with an explicit
-`--gpus` list only the variable is set.  Stopping asks the runtime (`stop -t <grace>`: SIGTERM,
-then SIGKILL after the grace period), since a signal to the client alone may leave the
-container running; a previous run's container is removed (`rm -f`) when its attempt is found
-lost.  A job without an image runs as a plain process, as without a runtime.
+`--gpus` list only the variable is set.  The mount is there when the payload has a
+`CheckpointConfig` (checkpoints.py): its source is always the agent's own directory for the
+job, and the job chooses only the target, a checked path.  Stopping asks the runtime (`stop -t
+<grace>`: SIGTERM, then SIGKILL after the job's grace period), since a signal to the client
+alone may leave the container running; a previous run's container is removed (`rm -f`) when
+its attempt is found lost.  A job without an image runs as a plain process, as without a
+runtime.
 
 No string a job controls is ever in option position: every option is written `--opt=value`
 (its value cannot be taken for another option), and `--` ends the options before the image,
@@ -73,10 +78,13 @@ def container_name(job_id: str, attempt: int) -> str:
 
 
 def run_argv(runtime: str, name: str, image: str, command: list[str], env: dict[str, str],
-             gpus: list[str], devices: bool, user: str | None = None) -> list[str]:  # fmt: skip
+             gpus: list[str], devices: bool, user: str | None = None,
+             mounts: tuple[tuple[str, str], ...] = ()) -> list[str]:  # fmt: skip
     """The client command line that runs one attempt's container: options as `--opt=value`,
     then `--`, the image and the command (positional, whatever they look like).  `user`
-    (UID:GID, the agent's --run-as): who the container's process runs as."""
+    (UID:GID, the agent's --run-as): who the container's process runs as.  `mounts`: (host
+    directory, container path) bind mounts, both checked by the caller (checkpoints.py: no
+    comma or quote, which `--mount`'s CSV would read)."""
     argv = [runtime, "run", "--rm", f"--name={name}"]
     if user is not None:
         argv.append(f"--user={user}")
@@ -87,6 +95,7 @@ def run_argv(runtime: str, name: str, image: str, command: list[str], env: dict[
             argv.append(f'--gpus="device={",".join(gpus)}"')
         else:
             argv += [f"--device=nvidia.com/gpu={gpu}" for gpu in gpus]
+    argv += [f"--mount=type=bind,source={source},target={target}" for source, target in mounts]
     return [*argv, "--", image, *command]
 
 

@@ -12,7 +12,7 @@ exactly, later entries winning:
    environment: names refused by `forbidden` are refused at start (`check_pass_env`);
 3. the payload's `Environment` map (SageMaker CreateTrainingJob's: name -> string);
 4. what the executor sets: QUOTASCHED_JOB_ID, QUOTASCHED_ATTEMPT (the agent adds
-   CUDA_VISIBLE_DEVICES).
+   CUDA_VISIBLE_DEVICES and QUOTASCHED_CHECKPOINT_DIR, the job's directory: checkpoints.py).
 
 A payload asking for a forbidden name, or for one the executor sets, is not silently trimmed:
 `JobEnvError` names the variable, and the attempt is reported FAILED with that reason (a job

@@ -84,10 +84,12 @@ class JobUser:
         user.check_reach()
         return user
 
-    def check_reach(self) -> None:
-        """The user must be able to walk down to its working directories: every existing
-        parent of the work directory searchable by it (the executor makes the rest)."""
-        path = os.path.dirname(self.work_dir)
+    def check_reach(self, target: str | None = None, setting: str = "--work-dir") -> None:
+        """The user must be able to walk down to its working directories (or to `target`, its
+        checkpoint directory): every existing parent searchable by it (the executor makes the
+        rest).  JobUserError names the parent and the `setting` to change."""
+        target = target or self.work_dir
+        path = os.path.dirname(target)
         while True:
             if os.path.exists(path):
                 mode = os.stat(path)
@@ -99,8 +101,8 @@ class JobUser:
                     allowed = mode.st_mode & 0o001
                 if not allowed:
                     raise JobUserError(
-                        f"--run-as {self.name}: the user cannot reach {self.work_dir}: {path} "
-                        f"is mode {mode.st_mode & 0o777:04o}; choose another --work-dir")
+                        f"--run-as {self.name}: the user cannot reach {target}: "
+                        f"{path} is mode {mode.st_mode & 0o777:04o}; choose another {setting}")
             parent = os.path.dirname(path)
             if parent == path:
                 return

@@ -4,7 +4,9 @@ The command line comes from the job's tags (`command`) or its payload
 (`AlgorithmSpecification.ContainerEntrypoint` plus `ContainerArguments`, or a top-level
 `Command` string).  Exit code 0 is SUCCEEDED, anything else FAILED with the code as reason.
 Preemption or termination sends SIGTERM to the process group, then SIGKILL after the grace
-period.  The environment carries QUOTASCHED_JOB_ID and QUOTASCHED_ATTEMPT.
+period: the executor's (`--grace`), or the job's own tag `grace` (seconds, for a checkpoint to
+be saved), at most the operator's QUOTASCHED_PREEMPT_GRACE_MAX_S (`grace_for`).  The
+environment carries QUOTASCHED_JOB_ID and QUOTASCHED_ATTEMPT.
 
 A process runs in its own session, so it outlives its executor: a shutdown leaves it running
 (unless `--stop-jobs`), and so does a SIGKILL.  The ledger keeps its pid and start time, and
@@ -37,6 +39,7 @@ import contextlib
 import errno
 import hashlib
 import json
+import math
 import os
 import shlex
 import shutil
@@ -90,6 +93,26 @@ GATE = ('f=$1; shift; '
 UNRUN = 256  # read_exit: the shell ended before its go (no exit status is 256 or more)
 NEVER_RAN = ("Executor restarted before the attempt's command was let run: it never ran "
              "(the job's retryStrategy decides)")
+
+
+GRACE_TAG = "grace"  # a job's own grace period, in seconds (bounded: ProcessExecutor.grace_for)
+
+
+def asked_grace(spec: dict) -> float | None:
+    """The seconds the job's tag `grace` asks for between SIGTERM and SIGKILL; None when it
+    asks for none.  ValueError for a value that is not a number of seconds >= 0 ("inf": as
+    long as the operator allows)."""
+    asked = (spec.get("tags") or {}).get(GRACE_TAG)
+    if asked is None:
+        return None
+    try:
+        value = float(asked)
+    except (TypeError, ValueError):
+        value = math.nan
+    if math.isnan(value) or value < 0:
+        raise ValueError(f"the tag {GRACE_TAG}={str(asked)[:40]!r} is not a number of "
+                         "seconds >= 0")  # fmt: skip
+    return value
 
 
 def outcome(code: int) -> tuple[str, str | None]:
@@ -156,6 +179,23 @@ class ProcessExecutor(Executor):
     # The user jobs run as (`--run-as`, jobuser.py; set by the composition root): None, this
     # executor's own user.
     job_user: JobUser | None = None
+    # The most a job's tag `grace` may ask for (QUOTASCHED_PREEMPT_GRACE_MAX_S; set by the
+    # composition root): None, the tag is not read and every job gets `grace_s`.
+    grace_max_s: float | None = None
+
+    def grace_for(self, spec: dict, job_id: str | None = None) -> float:
+        """The seconds between SIGTERM and SIGKILL for a job: its tag `grace` bounded by
+        `grace_max_s`, else the executor's `grace_s` (also for a tag that is no number of
+        seconds, which is logged: the job runs as it would without it)."""
+        if self.grace_max_s is None:
+            return self.grace_s
+        try:
+            asked = asked_grace(spec)
+        except ValueError as error:
+            log.warning(f"{error}: the executor's grace period is used", job_id=job_id,
+                        grace_s=self.grace_s)  # fmt: skip
+            return self.grace_s
+        return self.grace_s if asked is None else min(asked, self.grace_max_s)
 
     def runs_as(self, attempt: Attempt) -> JobUser | None:
         """Who the attempt's process runs as (the GPU agent: the runtime's client stays the
@@ -293,7 +333,8 @@ class ProcessExecutor(Executor):
 
     async def interrupt(self, attempt: Attempt) -> None:
         """SIGTERM to the attempt's process group and every other process of it; SIGKILL to
-        all of it once the grace period is over, or once its main process has exited."""
+        all of it once the job's grace period (`grace_for`) is over, or once its main process
+        has exited."""
         key = (attempt.job_id, attempt.attempt)
         process = self.processes.pop(key, None)
         leader = self.leaders.pop(key, None)
@@ -304,15 +345,16 @@ class ProcessExecutor(Executor):
                 alive = lambda: process.poll() is None  # noqa: E731 (reaps it once it ends)
             else:
                 alive = lambda: started is not None and process_alive(pid, started)  # noqa: E731
-            await self._terminate(pid, alive, containment)
+            grace_s = self.grace_for(attempt.spec, attempt.job_id)
+            await self._terminate(pid, alive, containment, grace_s)
         await self.end_processes(attempt)
 
     async def _terminate(self, group: int | None, alive: Callable[[], bool],
-                         containment: Containment | None) -> None:  # fmt: skip
+                         containment: Containment | None, grace_s: float) -> None:  # fmt: skip
         """SIGTERM to the attempt: to process group `group` while its leader is `alive` (never
         to the group of a leader that is gone: its number may be another's now) and to every
-        other process of it; SIGKILL to the group once the grace period is over.  The rest of
-        the attempt gets what is left of the grace; the caller then kills what survives
+        other process of it; SIGKILL to the group once `grace_s` is over.  The rest of the
+        attempt gets what is left of the grace; the caller then kills what survives
         (`Containment.kill_all`)."""
         loop = asyncio.get_running_loop()
         began = loop.time()
@@ -322,11 +364,11 @@ class ProcessExecutor(Executor):
         if containment is not None:
             containment.signal(signal.SIGTERM, besides_group=group if leading else None)
         crash_point("victim-signalled")
-        if leading and not await until_ended(alive, group, self.grace_s):
+        if leading and not await until_ended(alive, group, grace_s):
             _killpg(group, signal.SIGKILL)
             await until_ended(alive, group, 5.0)
         if containment is not None:
-            await _until(lambda: not containment.alive(), self.grace_s - (loop.time() - began))
+            await _until(lambda: not containment.alive(), grace_s - (loop.time() - began))
 
     def note(self, attempt: Attempt, pid: int | None = None, pid_started: str | None = None,
              exit_file: str | None = None) -> None:  # fmt: skip
@@ -368,7 +410,8 @@ class ProcessExecutor(Executor):
         (pid and start time), and everything in its cgroup or carrying its marker (ledgers
         older than containment name neither); then its cgroup is removed."""
         contained = left_containment(entry)
-        await self._terminate(entry.pid, lambda: leader_alive(entry), contained)
+        grace_s = self.grace_for(self.specs.get(entry.job_id) or {}, entry.job_id)
+        await self._terminate(entry.pid, lambda: leader_alive(entry), contained, grace_s)
         if contained is not None and await contained.kill_all():
             contained.cleanup()
 

@@ -801,9 +801,10 @@ CANARIES = {"QUOTASCHED_NATS_PASSWORD": "kit-canary-nats-password",
             "AWS_SECRET_ACCESS_KEY": "kit-canary-aws-secret",
             "NATS_CREDS": "/kit-canary/creds/executor.creds",
             "KIT_CREDENTIALS_FILE": "/kit-canary/creds/executor.env"}  # fmt: skip
-# The QUOTASCHED_* variables an attempt may have: its own id and number, and its containment
-# marker (services/executors/contain.py); none is a credential.
-ATTEMPT_VARIABLES = ("QUOTASCHED_JOB_ID", "QUOTASCHED_ATTEMPT", "QUOTASCHED_ATTEMPT_TOKEN")
+# The QUOTASCHED_* variables an attempt may have: its own id and number, its containment
+# marker (services/executors/contain.py) and its checkpoint directory; none is a credential.
+ATTEMPT_VARIABLES = ("QUOTASCHED_JOB_ID", "QUOTASCHED_ATTEMPT", "QUOTASCHED_ATTEMPT_TOKEN",
+                     "QUOTASCHED_CHECKPOINT_DIR")  # fmt: skip
 
 
 async def a_jobs_environment_holds_no_credential(kit: Kit) -> None:

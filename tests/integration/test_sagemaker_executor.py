@@ -240,3 +240,31 @@ async def test_a_killed_executors_training_job_is_never_created_twice(
     assert not sagemaker.calls("StopTrainingJob"), "a restart stopped the training job"
     assert {c["TrainingJobName"] for c in sagemaker.calls("DescribeTrainingJob")} == {name}
     assert [f["attempt"] for f in facts if f["kind"] == "JobDispatched"] == [1]
+
+
+async def test_checkpoint_config_passes_through_to_create_training_job_unchanged(
+        nats_server, spawn, sagemaker):  # fmt: skip
+    """Issue 33: checkpoints on SageMaker are SageMaker's (it syncs LocalPath with S3Uri
+    around every training job), so the executor sends the payload's CheckpointConfig exactly
+    as given: no LocalPath added where there is none (SageMaker's default applies), none
+    changed, for each job's CreateTrainingJob request as recorded on the wire."""
+    configs = {"with-path": {"S3Uri": "s3://notebook-bucket/ckpt/run 7/",
+                             "LocalPath": "/opt/ml/checkpoints/run-7/"},
+               "default-path": {"S3Uri": "https://notebook-bucket.s3.amazonaws.com/ckpt"}}
+    scheduler = spawn("scheduler")
+    async with Bus(nats_server.url) as bus:
+        await wait_leading(scheduler)
+        await _notebook_setup(bus)
+        spawn("executor", "--kind", "sagemaker", **executor_env(sagemaker))
+        for job_id, config in configs.items():
+            # (with the agent's tag `grace`: quotasched's own, never sent to SageMaker)
+            await _submit(bus, job_id, "qs1", {**PAYLOAD, "CheckpointConfig": config},
+                          tags={"grace": "30"})  # fmt: skip
+        for job_id in configs:
+            await eventually(lambda: _ended(bus, job_id), 30, what=f"{job_id} ended")
+
+    sent = {call["TrainingJobName"]: call for call in sagemaker.calls("CreateTrainingJob")}
+    for job_id, config in configs.items():
+        request = sent[training_job_name(job_id, 1)]
+        assert request["CheckpointConfig"] == config, job_id
+        assert "grace" not in json.dumps(request), request
