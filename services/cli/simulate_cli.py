@@ -5,6 +5,8 @@
     quotasched simulate --trace T.csv --compare A.yaml B.yaml --chart what-if.html
     quotasched simulate --trace T.csv --compare A.yaml B.yaml --pool 1715 --pool 2287
     quotasched simulate --trace T.csv --compare A.yaml B.yaml --window 7d:50d   # after warm-up
+    quotasched simulate --trace T.csv --config C.yaml --checkpoint-interval 1h \
+        --checkpoint-interval team=cluster03:30m --checkpoint-overhead 5m --output json
     quotasched synth-trace --jobs 500 --seed 7 --out small.csv            # a seeded test trace
 
 Exit status: 0 done; 1 the simulation failed (the core refused the set-up, or the fact log
@@ -64,14 +66,29 @@ def simulate(
         "--shares/--no-shares", help="Also print the per-share table of each run.")] = False,
     progress: Annotated[bool, typer.Option(
         "--progress/--no-progress", help="A progress bar over simulated time.")] = True,
+    checkpoint_interval: Annotated[Optional[list[str]], typer.Option(
+        "--checkpoint-interval", help="How often jobs checkpoint, over every configuration's "
+        "own: DURATION for every job (0: none), or a class: team=NAME:DURATION, "
+        "job_type=NAME:DURATION, gpus>=N:DURATION (repeat; a team's class wins, then a "
+        "job_type's, then the largest gpus>= a job reaches). DURATION: seconds, or with a "
+        "unit s, m, h or d.", show_default=False)] = None,
+    checkpoint_overhead: Annotated[Optional[str], typer.Option(
+        "--checkpoint-overhead", help="Work a checkpointing job redoes at every restart "
+        "(DURATION), instead of the configurations' checkpoint_overhead_s.",
+        show_default=False)] = None,
+    output: Annotated[str, typer.Option(
+        "--output", help="table, or json: every figure as one JSON document.")] = "table",
 ) -> None:
     """Simulate a job trace under quota-share configurations, with the real decision core.
 
     Jobs are submitted at their trace times and complete after their durations; lending,
     borrowing and preemption are decided by the same core the service runs. A preempted job
-    loses the work since its last checkpoint (checkpoint_interval_s, default: all of it) and
-    goes back to its queue. Prints utilization, waits per team, preemptions, GPU-hours lost,
-    borrowed and lent, and the makespan.
+    loses the work since its last checkpoint (default: all of it) and goes back to its
+    queue; its next attempt runs the work left plus a restart overhead
+    (--checkpoint-interval, --checkpoint-overhead, or the configuration's checkpoint_*
+    keys). Prints utilization, waits per team, preemptions, GPU-hours lost (with the run's
+    checkpoints, and counting preempted attempts whole: without), borrowed and lent, and the
+    makespan.
 
     Utilization is measured over one window common to every run compared: the trace's submit
     span unless --window says otherwise; work outside it is clipped. Waits are given as time
@@ -82,15 +99,18 @@ def simulate(
     and teams named in a configuration but absent from the trace.
     """
     paths = ([config] if config else []) + list(configs or [])
-    _check_usage(paths, config, compare, out, chart, pool)
-    job_trace, loaded, measured_over = _load(trace, paths, pool, window)
+    _check_usage(paths, config, compare, out, chart, pool, output)
+    checkpoints = _checkpoints(checkpoint_interval, checkpoint_overhead)
+    job_trace, loaded, measured_over = _load(trace, paths, pool, window, checkpoints)
     runs = _run_all(job_trace, loaded, bool(out), progress)
     _warn(runs)
-    _report(runs, job_trace, measured_over, out, chart, shares, progress)
+    _report(runs, job_trace, measured_over, out, chart, shares, progress, output == "json")
 
 
-def _check_usage(paths: list[str], config, compare: bool, out, chart, pool) -> None:
+def _check_usage(paths: list[str], config, compare: bool, out, chart, pool, output) -> None:
     """Refuse option combinations that cannot work, before reading anything."""
+    if output not in ("table", "json"):
+        raise _fail(f"--output must be table or json, not {output}")
     if compare and config:
         raise _fail("give configurations either with --config (one) or after --compare, not both")
     if not paths:
@@ -104,15 +124,28 @@ def _check_usage(paths: list[str], config, compare: bool, out, chart, pool) -> N
         raise _fail(f"--chart must name an .html file, not {chart}")
 
 
-def _load(trace: str, paths: list[str], pool, window: str | None):
-    """The trace, every configuration (one per --pool size each), uniquely named, and the
-    window utilization is measured over."""
+def _checkpoints(intervals: list[str] | None, overhead: str | None):
+    """The checkpoint options, checked before anything is read."""
+    from quotasched.services.simulate.checkpoints import CheckpointError, parse_options
+
+    try:
+        return parse_options(intervals, overhead)
+    except CheckpointError as error:
+        raise _fail(str(error)) from None
+
+
+def _load(trace: str, paths: list[str], pool, window: str | None, checkpoints):
+    """The trace, every configuration (one per --pool size each, with the checkpoint options),
+    uniquely named, and the window utilization is measured over."""
     from quotasched.services.simulate import ConfigError, TraceError, load_config, read_trace
+    from quotasched.services.simulate.checkpoints import job_intervals
     from quotasched.services.simulate.window import WindowError, parse_window, submit_span
 
     try:
-        loaded = [load_config(path) for path in paths]
+        loaded = [checkpoints.apply(load_config(path)) for path in paths]
         job_trace = read_trace(trace)
+        for c in loaded:  # a class naming a team the trace lacks: say so before any run
+            job_intervals(c, job_trace)
         measured_over = parse_window(window, job_trace) if window else submit_span(job_trace)
         if pool:
             loaded = [c.with_pool(size).model_copy(update={"name": f"{c.name}@{size}"})
@@ -187,24 +220,32 @@ def _say(console: Console, line: str) -> None:
     console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
-def _report(runs, job_trace, measured_over, out, chart, shares, progress) -> None:
+def _report(runs, job_trace, measured_over, out, chart, shares, progress, as_json) -> None:
     from quotasched.services.simulate import summarize, write_fact_log
-    from quotasched.services.simulate.render import (chart_html, compare_table, share_table,
-                                                     window_line)  # fmt: skip
+    from quotasched.services.simulate.render import (chart_html, compare_table, document,
+                                                     share_table, window_line)  # fmt: skip
 
     console = Console()
     if not console.is_terminal:  # a file or a pipe: wide enough for several columns
         console = Console(width=max(120, 44 + 18 * len(runs)))
     summaries = [summarize(run, measured_over) for run in runs]
-    title = (f"{job_trace.source}: {len(job_trace):,} jobs, "
-             f"{job_trace.gpu_seconds() / 3600:,.0f} GPU-hours")  # fmt: skip
-    _say(console, window_line(summaries))
-    console.print(compare_table(summaries, title))
+    if as_json:
+        import json
+
+        typer.echo(json.dumps(document(summaries, job_trace), indent=2, ensure_ascii=False))
+    else:
+        title = (f"{job_trace.source}: {len(job_trace):,} jobs, "
+                 f"{job_trace.gpu_seconds() / 3600:,.0f} GPU-hours")  # fmt: skip
+        _say(console, window_line(summaries))
+        console.print(compare_table(summaries, title))
     for summary in summaries:
-        if shares:
+        if shares and not as_json:
             console.print(share_table(summary))
         for share, reason in summary.blocked.items():
-            console.print(f"[yellow]{summary.name}: share {share} was blocked: {reason}[/]")
+            if as_json:  # in the document; said on standard error too
+                typer.echo(f"{summary.name}: share {share} was blocked: {reason}", err=True)
+            else:
+                console.print(f"[yellow]{summary.name}: share {share} was blocked: {reason}[/]")
     if out:
         from quotasched.projections import ProjectionError
 

@@ -8,6 +8,13 @@
       - {name: rest, teams: [cluster01, cluster02], strategy: LEND, limit: 300}
     priority: {kind: rule, rules: [{duration_at_most_s: 3600, priority: 5}], default: 1}
     checkpoint_interval_s: 3600        # absent: a preempted job restarts from zero
+    checkpoint_overhead_s: 300         # each restart of a checkpointing job redoes 5 min
+    checkpoint_classes:                # intervals by team, job_type or size (0: never)
+      - {team: cluster03, interval_s: 1800}
+      - {gpus_at_least: 8, interval_s: 7200}
+
+Checkpoints are modelled in `checkpoints.py`; a class's interval overrides the global one
+(team first, then job_type, then the largest `gpus_at_least` a job reaches).
 
 A share may carry `options` beyond AWS, in the contract's wire names and checked by the
 contract's own model (`QuotaShareOptions`), e.g. `options: {minRuntimeBeforePreemptionSeconds:
@@ -79,6 +86,31 @@ class ShareConfig(_Model):
             raise ValueError(f"borrow_limit can only be applied to the LEND_AND_BORROW strategy, "
                              f"not {self.strategy.value}")  # fmt: skip
         return self
+
+
+class CheckpointClass(_Model):
+    """Jobs of one team, one job_type or of at least so many GPUs checkpoint at their own
+    interval (0: they never do), e.g. a team whose jobs save often, or big jobs that rarely."""
+
+    team: Annotated[str, Field(min_length=1)] | None = None
+    job_type: Annotated[str, Field(min_length=1)] | None = None
+    gpus_at_least: Annotated[int, Field(ge=1)] | None = None
+    interval_s: Annotated[float, Field(ge=0, allow_inf_nan=False)]
+
+    @model_validator(mode="after")
+    def _one_selector(self) -> CheckpointClass:
+        if sum(v is not None for v in (self.team, self.job_type, self.gpus_at_least)) != 1:
+            raise ValueError("give exactly one of team, job_type or gpus_at_least")
+        return self
+
+    @property
+    def selector(self) -> str:
+        """How the class is written on the command line: team=X, job_type=X or gpus>=N."""
+        if self.team is not None:
+            return f"team={self.team}"
+        if self.job_type is not None:
+            return f"job_type={self.job_type}"
+        return f"gpus>={self.gpus_at_least}"
 
 
 class ConstantPriority(_Model):
@@ -170,6 +202,8 @@ class SimConfig(_Model):
     raise_to_largest_job: bool = True
     priority: PriorityRule = ConstantPriority(kind="constant")
     checkpoint_interval_s: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
+    checkpoint_overhead_s: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 0.0
+    checkpoint_classes: list[CheckpointClass] = []
     queue_options: WireQueueOptions | None = None  # absent: AWS's semantics, no command is sent
 
     @field_validator("queue_options")
@@ -202,6 +236,10 @@ class SimConfig(_Model):
             raise ValueError(f"default_share {self.default_share} is not one of the shares")
         if len({share.limit is None for share in self.shares}) > 1:
             raise ValueError("give every share a limit, or every share a weight, not a mix")
+        selectors = [kind.selector for kind in self.checkpoint_classes]
+        for selector in selectors:
+            if selectors.count(selector) > 1:
+                raise ValueError(f"checkpoint_classes lists {selector} more than once")
         return self
 
     def with_pool(self, instances: int) -> SimConfig:

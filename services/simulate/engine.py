@@ -15,7 +15,8 @@ instant, so capacity freed at t is seen by a job submitted at t):
 Each command goes through `step(state, command, seq)` of `services.scheduler.core`, and the
 loop only reacts to the facts it returns, as an executor does: `JobDispatched` starts an
 attempt (its completion is due after the work still to do); `JobPreempted` stops it at once
-(its pending completion becomes stale, and the work since its last checkpoint is lost);
+(its pending completion becomes stale, and the work since its last checkpoint is lost, plus
+the restart overhead its next attempt will pay: checkpoints.py);
 `JobStatusChanged` SUCCEEDED or FAILED ends the job.  Nothing here decides who runs.
 
 Commands on the hot path are copies of a validated template (`model_copy(update=...)`, no
@@ -38,6 +39,7 @@ from quotasched.events.codec import decode_command, encode
 from quotasched.events.values import CapacityUsage, JobStatus, PreemptionOutcome
 from quotasched.services.scheduler.core import State, step
 from quotasched.services.scheduler.core.timers import earliest_due
+from quotasched.services.simulate.checkpoints import job_intervals
 from quotasched.services.simulate.cluster import QUEUE, plan, setup_commands, templates, tick_template
 from quotasched.services.simulate.config import SimConfig
 from quotasched.services.simulate.trace import Trace
@@ -65,7 +67,8 @@ class Run:
     queued: list[float]  # seconds in the queue, each wait after a requeue too, up to the horizon
     waiting_at_end: list[bool]  # in the queue at the horizon (so `queued` is a lower bound)
     ran: list[float]  # seconds of all attempts together
-    lost: list[float]  # seconds of work thrown away by preemptions
+    lost: list[float]  # seconds of work thrown away by preemptions (checkpoints.py)
+    lost_whole: list[float]  # seconds of preempted attempts, counted whole (no checkpoints)
     preemptions: list[int]
     failed: list[bool]
     kept: list[tuple[int, float, float]]  # (job, from, to): attempt time whose work was kept
@@ -93,10 +96,11 @@ def simulate(trace: Trace, config: SimConfig, *, record: bool = False,
     started = clock.perf_counter()
     share_of_job, limits, largest_job = plan(trace, config)
     priority = config.priorities(trace.job_type, trace.gpus, trace.duration)
+    intervals = job_intervals(config, trace)
     state = State()
     log: list[F.Fact] | None = [] if record else None
     seq = _set_up_cluster(state, config, limits, log)
-    replay = _Replay(state, seq, trace, config, share_of_job, limits, priority, log)
+    replay = _Replay(state, seq, trace, config, share_of_job, limits, priority, intervals, log)
     horizon = replay.run(validate, progress)
     jobs, meter = replay.jobs, replay.meter
     waiting = jobs.close_queues(horizon)
@@ -104,7 +108,8 @@ def simulate(trace: Trace, config: SimConfig, *, record: bool = False,
         config=config, trace=trace, limits=limits, largest_job=largest_job,
         share_of_job=share_of_job, priority=priority, horizon=horizon,
         first_start=jobs.first_start, end=jobs.end, queued=jobs.queued, waiting_at_end=waiting,
-        ran=jobs.ran, lost=jobs.lost, preemptions=jobs.preemptions, failed=jobs.failed,
+        ran=jobs.ran, lost=jobs.lost, lost_whole=jobs.lost_whole,
+        preemptions=jobs.preemptions, failed=jobs.failed,
         kept=jobs.kept, blocked=replay.blocked,
         usage_times=meter.usage_times, usage_levels=meter.usage_levels,
         # the core holds the pool at its configured size: nothing in a run resizes it
@@ -134,9 +139,13 @@ def _set_up_cluster(state: State, config: SimConfig, limits: dict[str, int],
 class _Jobs:
     """Each job's progress and measurements, indexed like the trace, and the completions due."""
 
-    def __init__(self, submit: list[float], duration: list[float]):
+    def __init__(self, submit: list[float], duration: list[float], interval: list[float],
+                 overhead: float):  # fmt: skip
         n = len(duration)
-        self.remaining = list(duration)  # seconds of work still to do
+        self.remaining = list(duration)  # seconds the next attempt runs: reload + work left
+        self.interval = interval  # checkpoint interval of each job (0: none)
+        self.overhead = overhead  # what a restart of a checkpointing job redoes
+        self.reload = [0.0] * n  # overhead the running (or next) attempt starts with
         self.attempt_of = [0] * n  # the running attempt; 0: none runs
         self.start_of = [0.0] * n  # when the running attempt started
         self.queued_since = list(submit)  # when the job last entered the queue
@@ -145,6 +154,7 @@ class _Jobs:
         self.end = [-1.0] * n
         self.ran = [0.0] * n
         self.lost = [0.0] * n
+        self.lost_whole = [0.0] * n
         self.preemptions = [0] * n
         self.failed = [False] * n
         self.kept: list[tuple[int, float, float]] = []
@@ -230,18 +240,18 @@ class _Replay:
 
     def __init__(self, state: State, seq: int, trace: Trace, config: SimConfig,
                  share_of_job: list[str], limits: dict[str, int], priority: list[int],
-                 log: list[F.Fact] | None):  # fmt: skip
+                 intervals: list[float], log: list[F.Fact] | None):  # fmt: skip
         unit = config.environment.instance_type
         queue = state.queues[QUEUE]
         self.state, self.seq, self.fact_count, self.log = state, seq, 0, log
-        self.name, self.checkpoint = config.name, config.checkpoint_interval_s
+        self.name = config.name
         self.unit, self.per_instance = unit, config.environment.gpus_per_instance
         self.share_of_job, self.priority = share_of_job, priority
         self.n = len(trace)
         self.ids, self.submit, self.gpus = trace.job_ids, trace.submit, trace.gpus
         self.index = {job_id: i for i, job_id in enumerate(self.ids)}
         self.usage_of: dict[int, list[CapacityUsage]] = {}
-        self.jobs = _Jobs(trace.submit, trace.duration)
+        self.jobs = _Jobs(trace.submit, trace.duration, intervals, config.checkpoint_overhead_s)
         self.blocked: dict[str, str] = {}
         lenders = {share.name for share in config.shares if share.strategy.value != "RESERVE"}
         self.meter = _Meter(queue, limits, unit, lenders)
@@ -330,7 +340,7 @@ class _Replay:
                     j = index[fact.job_id]
                     if jobs.attempt_of[j]:
                         jobs.ran[j] += now - jobs.start_of[j]
-                        jobs.kept.append((j, jobs.start_of[j], now))
+                        jobs.kept.append((j, jobs.start_of[j] + jobs.reload[j], now))
                         jobs.attempt_of[j] = 0
                     jobs.end[j] = now
                     jobs.failed[j] = status is _DONE_FAILED
@@ -352,18 +362,27 @@ class _Replay:
         return touched
 
     def _stop(self, j: int, now: float, outcome: PreemptionOutcome) -> None:
-        """Job `j` preempted at `now`: the work since its last checkpoint is lost; requeued,
-        it waits in the queue from `now`."""
-        jobs, checkpoint = self.jobs, self.checkpoint
+        """Job `j` preempted at `now`: the work since its last checkpoint is lost, and the
+        overhead its next attempt will pay (checkpoints.py); requeued, it waits in the queue
+        from `now`."""
+        jobs = self.jobs
         start = jobs.start_of[j]
         done = now - start
-        saved = (done // checkpoint) * checkpoint if checkpoint else 0.0
-        if saved:
-            jobs.kept.append((j, start, start + saved))
+        interval = jobs.interval[j]
         jobs.queued_since[j] = now
-        jobs.remaining[j] -= saved
         jobs.ran[j] += done
-        jobs.lost[j] += done - saved
+        jobs.lost_whole[j] += done
+        if interval:
+            reload = jobs.reload[j]  # charged as lost when the previous attempt was preempted
+            saved = max(0.0, (done // interval) * interval - reload)
+            nxt = jobs.overhead if outcome is _REQUEUED else 0.0
+            if saved:
+                jobs.kept.append((j, start + reload, start + reload + saved))
+            jobs.remaining[j] -= saved + reload - nxt
+            jobs.lost[j] += done - saved - reload + nxt
+            jobs.reload[j] = nxt
+        else:
+            jobs.lost[j] += done
         jobs.preemptions[j] += 1
         jobs.attempt_of[j] = 0
         if outcome is not _REQUEUED:

@@ -2,6 +2,7 @@
 
     compare_table(summaries, title)   configurations side by side, one column each
     share_table(summary)              one configuration, one row per share
+    document(summaries, trace)        the same figures as one JSON-ready document
     group_lifts, lift_table, oversubscription_line, group_absent, absent_line   the warnings
     chart_html(summaries, series_list)   utilization and p95 wait over time, per configuration
 """
@@ -10,12 +11,13 @@ from __future__ import annotations
 
 import html
 import math
-from dataclasses import replace
+from dataclasses import asdict, replace
 
 from rich.table import Table
 
 from quotasched.services.simulate.checks import AbsentTeam, LiftedQuotas
 from quotasched.services.simulate.summary import Series, Summary
+from quotasched.services.simulate.trace import Trace
 from quotasched.services.simulate.waits import Quantile, Waits
 
 COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2",
@@ -58,11 +60,17 @@ ROWS: tuple[tuple[str, object], ...] = (
     ("to first start p50 / p95 (h)", lambda s: first_start(s.waits)),
     ("queued in all p50 / p95 (h)", lambda s: queued(s.waits)),
     ("jobs preempted (preemptions)", lambda s: f"{s.preempted_jobs:,} ({s.preemptions:,})"),
-    ("GPU-hours lost to preemption", lambda s: f"{s.lost_gpu_h:,.0f}"),
+    ("GPU-hours lost to preemption, with / without checkpoints", lambda s: lost(s)),
     ("GPU-hours borrowed (= lent)", lambda s: f"{s.borrowed_gpu_h:,.0f}"),
     ("makespan (days)", lambda s: f"{s.makespan_h / 24:,.2f}"),
     ("simulated in (s) / jobs/s", lambda s: f"{s.seconds:.2f} / {s.jobs_per_second:,.0f}"),
 )  # fmt: skip
+
+
+def lost(figures) -> str:
+    """GPU-hours lost as the run's checkpoints kept work, and counting preempted attempts
+    whole (the same figure twice when no job checkpoints)."""
+    return f"{figures.lost_gpu_h:,.0f} / {figures.lost_whole_gpu_h:,.0f}"
 
 
 def window_line(summaries: list[Summary]) -> str:
@@ -83,6 +91,8 @@ def compare_table(summaries: list[Summary], title: str = "") -> Table:
         table.add_column(summary.name, justify="right")
     for label, value in ROWS:
         table.add_row(label, *(value(summary) for summary in summaries))  # type: ignore[operator]
+    if any(summary.checkpoints != "none" for summary in summaries):
+        table.add_row("checkpoints", *(summary.checkpoints for summary in summaries))
     for team in summaries[0].teams:  # one trace: the same teams in every run
         table.add_row(f"{team} first start p50 / p95 (h)",
                       *(first_start(s.teams[team]) for s in summaries))  # fmt: skip
@@ -99,8 +109,9 @@ def share_table(summary: Summary) -> Table:
     # its teams fold onto more lines rather than end in "…".
     name_width = max((len(share.name) for share in summary.shares), default=5)
     for column in ("share", "teams", "strategy", "limit", "jobs", "waiting at end",
-                   "first start p50 / p95 h", "queued p50 / p95 h", "preempted", "lost GPU-h",
-                   "used GPU-h", "borrowed GPU-h"):  # fmt: skip
+                   "first start p50 / p95 h", "queued p50 / p95 h", "preempted",
+                   "lost GPU-h with / without checkpoints", "used GPU-h",
+                   "borrowed GPU-h"):  # fmt: skip
         if column == "share":
             table.add_column(column, justify="left", min_width=name_width, no_wrap=True)
         else:
@@ -110,10 +121,37 @@ def share_table(summary: Summary) -> Table:
         table.add_row(
             share.name, ",".join(share.teams), share.strategy, f"{share.limit:,}",
             f"{share.jobs:,}", f"{share.waits.still_waiting:,}", first_start(share.waits),
-            queued(share.waits), f"{share.preempted_jobs:,}", f"{share.lost_gpu_h:,.0f}",
+            queued(share.waits), f"{share.preempted_jobs:,}", lost(share),
             f"{share.used_gpu_h:,.0f}", f"{share.borrowed_gpu_h:,.0f}",
         )  # fmt: skip
     return table
+
+
+def document(summaries: list[Summary], trace: Trace) -> dict:
+    """Every figure of the tables for `--output json`: field names as in `Summary`, hours as
+    hours (`*_h`), waits in seconds with `at_least` where jobs still waiting reach them, nan
+    (no job in a group) as null."""
+    first = summaries[0].window if summaries else None
+    return {
+        "trace": {"source": trace.source, "jobs": len(trace),
+                  "gpu_hours": trace.gpu_seconds() / HOUR},
+        "window": None if first is None else {
+            "start_s": first.start, "end_s": first.end, "chosen": first.chosen,
+            "describe": first.describe()},
+        "runs": [_plain({key: value for key, value in asdict(summary).items()
+                         if key != "window"}) for summary in summaries],
+    }  # fmt: skip
+
+
+def _plain(value):
+    """nan to None, recursively, so that the document is strict JSON."""
+    if isinstance(value, float) and value != value:
+        return None
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_plain(item) for item in value]
+    return value
 
 
 # -- the warnings ----------------------------------------------------------------------------

@@ -10,7 +10,10 @@ Definitions:
   preemption (and GPUs of an instance a smaller job left unused);
 - **waits** (`waits.py`): time to first start and total time queued, p50 and p95, with the
   jobs still waiting at the end counted and censored at the horizon, not dropped;
-- **GPU-hours lost**: work since the last checkpoint of each preempted attempt, x its GPUs;
+- **GPU-hours lost**: work since the last checkpoint of each preempted attempt plus the restart
+  overhead it causes, x its GPUs (`checkpoints.py`), and beside it **without checkpoints**: the
+  same run's preempted attempts counted whole, x their GPUs (the two are equal when no job
+  checkpoints);
 - **GPU-hours borrowed**: instance-time a share held beyond its own limit, x GPUs per
   instance; **GPU-hours lent**: instance-time of lending shares' idle capacity that covered
   borrowers, measured apart (`_Meter`); ruling 1 makes them equal, a borrower on capacity no
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from quotasched.services.simulate.checkpoints import describe
 from quotasched.services.simulate.engine import Run
 from quotasched.services.simulate.waits import JobWaits, Waits, percentile
 from quotasched.services.simulate.window import Window, step_area, submit_span
@@ -42,6 +46,7 @@ class ShareFigures:
     waits: Waits
     preempted_jobs: int
     lost_gpu_h: float
+    lost_whole_gpu_h: float  # the same preempted attempts counted whole: no checkpoints
     used_gpu_h: float
     borrowed_gpu_h: float
 
@@ -65,6 +70,7 @@ class Summary:
     preemptions: int
     preempted_jobs: int
     lost_gpu_h: float
+    lost_whole_gpu_h: float  # the same preempted attempts counted whole: no checkpoints
     borrowed_gpu_h: float
     lent_gpu_h: float
     makespan_h: float
@@ -73,6 +79,7 @@ class Summary:
     commands: int
     facts: int
     seconds: float
+    checkpoints: str = "none"  # who checkpoints how often, and the restart overhead
     blocked: dict[str, str] = field(default_factory=dict)
     shares: list[ShareFigures] = field(default_factory=list)
     teams: dict[str, Waits] = field(default_factory=dict)  # by team, in name order
@@ -123,6 +130,7 @@ def summarize(run: Run, window: Window | None = None) -> Summary:
             waits=waits.of_jobs(members),
             preempted_jobs=sum(1 for i in members if run.preemptions[i]),
             lost_gpu_h=sum(run.lost[i] * gpus[i] for i in members) / HOUR,
+            lost_whole_gpu_h=sum(run.lost_whole[i] * gpus[i] for i in members) / HOUR,
             used_gpu_h=run.used_area[share.name] * per_instance / HOUR,
             borrowed_gpu_h=run.borrowed_area[share.name] * per_instance / HOUR,
         ))  # fmt: skip
@@ -135,12 +143,13 @@ def summarize(run: Run, window: Window | None = None) -> Summary:
         utilization=held, useful_utilization=useful, waits=waits.of_jobs(),
         preemptions=sum(run.preemptions), preempted_jobs=sum(1 for p in run.preemptions if p),
         lost_gpu_h=sum(run.lost[i] * gpus[i] for i in range(n)) / HOUR,
+        lost_whole_gpu_h=sum(run.lost_whole[i] * gpus[i] for i in range(n)) / HOUR,
         borrowed_gpu_h=borrowed, lent_gpu_h=run.lent_area * per_instance / HOUR,
         makespan_h=max(finish - start, 0.0) / HOUR,
         trace_gpu_h=trace.gpu_seconds() / HOUR,
         run_gpu_h=sum(run.ran[i] * gpus[i] for i in range(n)) / HOUR,
         commands=run.commands, facts=run.fact_count, seconds=run.seconds,
-        blocked=dict(run.blocked), shares=shares,
+        checkpoints=describe(config), blocked=dict(run.blocked), shares=shares,
         teams={team: waits.of_jobs(members) for team, members in team_members.items()},
     )  # fmt: skip
 
