@@ -79,7 +79,9 @@ def _as_the_projection_answers_it(expected: dict, got: dict, state: State) -> No
     for jobs in expected["frontOfQuotaShares"]["quotaShares"].values():
         for job in jobs:
             job_id = job["jobArn"].rsplit("/", 1)[-1]
-            assert job.pop("waitingReason")["message"].startswith(f"{job_id} waits (RUNNABLE): ")
+            name = state.jobs[job_id].job_name  # the job as a person reads it: "name (id)"
+            who = job_id if name == job_id else f"{name} ({job_id})"
+            assert job.pop("waitingReason")["message"].startswith(f"{who} waits (RUNNABLE): ")
     for part in ("frontOfQueue", "frontOfQuotaShares", "queueUtilization"):
         assert expected[part].pop("lastUpdatedAt") == round(state.time * 1000)
         assert got[part].pop("lastUpdatedAt") <= round(state.time * 1000)
