@@ -312,6 +312,13 @@ def mixed_workload(n: int, seed: int = 7, target_queued: int = 2000) -> tuple[li
 
     capacity, share_limit = 200, 40
     messages = setup_commands(capacity, share_limit)
+    # The local core sees no `at` (every command at 0, one logical second), where the live
+    # scheduler stamps each with the stream's time: lift the per-second admission limit (its
+    # default, 10,000, would refuse the most popular share's submissions past N ~ 60k here
+    # and not live) so both decide the same.
+    for name in SHARES:
+        messages.append(command(kind="SetQuotaShareOptions", jobQueue=QUEUE, quotaShareName=name,
+                                options={"maxSubmissionsPerSecond": 100_000}))  # fmt: skip
     state = State()
     seq = 0
     for _, payload in messages:
