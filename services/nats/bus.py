@@ -378,19 +378,20 @@ class FactAppender:
 
     async def _pipelined(self, messages: list[tuple[str, bytes, dict[str, str]]]) -> list[asyncio.Future]:
         loop = asyncio.get_running_loop()
-        last = len(messages) - 1
         future = loop.create_future()
-        for index, (subject, payload, headers) in enumerate(messages):
-            headers["Nats-Expected-Last-Subject-Sequence"] = str(self.next_expected)
-            headers["Nats-Expected-Last-Subject-Sequence-Subject"] = self.subject_filter
-            if index == last:
-                self._token += 1
-                self._pending[self._token] = future
-                await self.nc.publish(subject, payload, reply=f"{self._inbox}.{self._token}",
-                                      headers=headers)  # fmt: skip
-            else:
-                await self.nc.publish(subject, payload, headers=headers)
-            self.next_expected += 1
+        expected, fence = self.next_expected, self.subject_filter
+        sends = []
+        for subject, payload, headers in messages:
+            headers["Nats-Expected-Last-Subject-Sequence"] = str(expected)
+            headers["Nats-Expected-Last-Subject-Sequence-Subject"] = fence
+            sends.append((subject, "", headers, payload))
+            expected += 1
+        self._token += 1
+        self._pending[self._token] = future
+        subject, _, headers, payload = sends[-1]
+        sends[-1] = (subject, f"{self._inbox}.{self._token}", headers, payload)
+        self.next_expected = expected
+        await natsfix.publish_all(self.nc, sends)  # nats-py's publish, without its header cost
         return [future]
 
     async def _on_ack(self, msg) -> None:

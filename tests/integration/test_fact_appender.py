@@ -82,3 +82,27 @@ async def test_an_append_sent_after_a_late_ack_never_passes_for_stored(nats_serv
             assert await stored(bus.js) == [b'{"n": 1}', b'{"n": 2}']
         finally:
             await appender.close()
+
+
+async def test_a_pipelined_append_is_stored_as_sent_whether_its_frames_are_built_here_or_by_nats_py(nats_server):
+    """The writer's frames (natsfix.hpub_frame) and nats-py's own publish, mixed in one append
+    (a header value with surrounding spaces is not plain and goes through nats-py): every
+    message stored in order, with the headers it was given and the fence the appender set."""
+    async with Bus(nats_server.url) as bus:
+        await ensure_streams(bus.js, Settings())
+        appender = await FactAppender(bus.nc, ALL_FACTS, 0).start()
+        batch = [message(n) for n in range(1, 6)]
+        batch[2][2]["Qm-Note"] = " padded "  # nats-py strips it; so must the stored header
+        [future] = await appender.append(batch)
+        assert await asyncio.wait_for(future, 10) == 5
+        [future] = await appender.append([message(6)])
+        assert await asyncio.wait_for(future, 10) == 6
+        for seq in range(1, 7):
+            stored_message = await bus.js.get_msg(FACTS_STREAM, seq)
+            assert stored_message.data == b'{"n": %d}' % seq
+            headers = stored_message.headers
+            assert headers["Nats-Msg-Id"] == f"t:{seq}:0"
+            assert headers["Nats-Expected-Last-Subject-Sequence"] == str(seq - 1)
+            assert headers["Nats-Expected-Last-Subject-Sequence-Subject"] == ALL_FACTS
+            assert headers.get("Qm-Note") == ("padded" if seq == 3 else None)
+        await appender.close()
