@@ -19,15 +19,17 @@ from quotasched.events.subjects import (
 from quotasched.services.scheduler.core import State, reject, reject_undecodable, step
 
 
-def decide_message(state: State, subject: str, data: bytes, seq: int, stamp: float) -> list[Fact]:
+def decide_message(state: State, subject: str, data: bytes, seq: int, stamp: float,
+                   parsed: tuple[str | None, str | None, str] | None = None) -> list[Fact]:  # fmt: skip
     """Facts for one command message; `stamp`, the stream's timestamp, is its time: on the bus
     the scheduler owns the clock and a client's `at` is ignored (ruling 15).  Folds the facts
-    into `state`, like `step`."""
+    into `state`, like `step`.  `parsed`: `parse_command_subject(subject)`, when the caller
+    has it already."""
     try:
         command = decode_command(data)
     except DecodeError as error:
         return reject_undecodable(state, error, seq)
-    queue, share, kind = parse_command_subject(subject)
+    queue, share, kind = parsed if parsed is not None else parse_command_subject(subject)
     problem = _misrouted(state, command, subject, queue, share, kind)
     if problem is not None:
         return reject(state, command.kind, problem, seq, job_id=getattr(command, "job_id", None))

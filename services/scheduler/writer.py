@@ -256,13 +256,14 @@ class Writer:
                     catch_up_clock(state, msg.data, stamp, refused=recovered.last_refused, bus=True)
                 continue  # in the state already (recorded, or decided without a fact of ours)
             subject = msg.subject
+            parsed = parse_command_subject(subject)
             refusal = log_refusals.get(seq) if log_refusals else None
             if refusal is not None:  # the log refused its facts before: record the refusal
                 facts = refuse_message(state, subject, msg.data, seq, refusal)
             else:
-                facts = decide_message(state, subject, msg.data, seq, stamp)
+                facts = decide_message(state, subject, msg.data, seq, stamp, parsed)
             recovered.commands_through = seq
-            queue, share, _ = parse_command_subject(subject)
+            queue, share, _ = parsed
             route = (queue, share)
             subjects = [fact_subject_of(state, fact, route) for fact in facts]
             if partitioned:  # one partition among several: only our own part

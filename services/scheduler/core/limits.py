@@ -56,10 +56,26 @@ def _resolve(options: QuotaShareOptions) -> Limits:
 _DEFAULT_LIMITS = _resolve(_DEFAULT)
 
 
+# Limits resolved per options fact (id -> (the fact, its limits)): a share's options change
+# rarely and every submission asks.  Invisible to the decisions: the same fact, the same limits.
+_RESOLVED: dict[int, tuple[object, Limits]] = {}
+_MOST_RESOLVED = 4096
+
+
 def limits_of(share: Share) -> Limits:
     """The share's admission limits; a share without options (most) costs one test, since
     every submission asks (issue 34: a check with nothing to do costs nothing measurable)."""
-    return _DEFAULT_LIMITS if share.options is None else _resolve(share.options.options)
+    fact = share.options
+    if fact is None:
+        return _DEFAULT_LIMITS
+    hit = _RESOLVED.get(id(fact))
+    if hit is not None and hit[0] is fact:
+        return hit[1]
+    if len(_RESOLVED) >= _MOST_RESOLVED:
+        _RESOLVED.clear()
+    limits = _resolve(fact.options)
+    _RESOLVED[id(fact)] = (fact, limits)
+    return limits
 
 
 def refusal(share: Share, at: float, size: int) -> str | None:
