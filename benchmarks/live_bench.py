@@ -6,7 +6,9 @@
         # profile the scheduler subprocess (throughput and latency runs); the figures of a
         # profiled run are slower than usual
 
-Other options: --commands N, --rate R, --seconds S, --no-inprocess.  QUOTASCHED_* variables
+Other options: --commands N, --rate R, --seconds S, --no-inprocess, --rounds R (alternate R
+subprocess and baseline runs; the throughput target reads the median of each subprocess run
+against the faster baseline beside it, which a shared VM needs: see docs/performance.md).  QUOTASCHED_* variables
 in the environment reach every scheduler this starts (e.g. QUOTASCHED_BATCH_COMMANDS=128, or
 QUOTASCHED_STREAM_STORAGE=memory to see what the fsync'd atomic appends cost).
 
@@ -992,6 +994,21 @@ async def main_async(args) -> int:
         print("[1] raw baseline, again ...", flush=True)
         baselines.append(await run_baseline(messages))
         print(f"    {baselines[-1].rate:,.0f} msgs/s; {load()}", flush=True)
+    # Each subprocess run against the faster of the baselines right before and after it: on a
+    # shared VM the baseline alone moves by half between runs minutes apart (2026-12-04:
+    # 18.4k-29.2k msgs/s while the scheduler stayed at 14.4k-17.0k), so the target reads the
+    # median of these paired ratios over --rounds.
+    paired = [results[0].rate / max(baselines[0].rate, baselines[-1].rate)
+              if max(baselines[0].rate, baselines[-1].rate) else 0.0]
+    for round_number in range(2, args.rounds + 1):
+        print(f"[2] scheduler, subprocess (round {round_number}) ...", flush=True)
+        results.append(await run_scheduler(messages, "subprocess"))
+        print(f"    {results[-1].rate:,.0f} commands/s; {load()}", flush=True)
+        print(f"[1] raw baseline (round {round_number}) ...", flush=True)
+        baselines.append(await run_baseline(messages))
+        print(f"    {baselines[-1].rate:,.0f} msgs/s; {load()}", flush=True)
+        pair = max(baselines[-2].rate, baselines[-1].rate)
+        paired.append(results[-1].rate / pair if pair else 0.0)
     print(f"[3] latency at {args.rate:.0f}/s: raw writer ...", flush=True)
     raw_latency = await run_latency_raw(args.rate, seconds, warmup, messages[-1][1])
     print(f"[3] latency at {args.rate:.0f}/s: scheduler ...", flush=True)
@@ -1037,12 +1054,14 @@ async def main_async(args) -> int:
     print("(nats-server fsyncs every atomic batch on an R1 file stream, whatever sync_interval says; "
           "plain publishes are synced every 2 min)")  # fmt: skip
 
-    subprocess_row = results[0]
-    ratio = subprocess_row.rate / best.rate if best.rate else 0.0
+    ratio = statistics.median(paired)
+    if len(paired) > 1:
+        print(f"subprocess runs against the faster baseline beside each: "
+              f"{', '.join(f'{value:.0%}' for value in paired)}; median {ratio:.0%}")  # fmt: skip
     p99 = latency.pct(99)
     print("\n== targets ==")
     print(f"{'sustained commands/s >= 80 % of raw baseline (subprocess)':<62}{ratio:>8.0%}   {mark(ratio >= RATIO_TARGET)}")
-    if len(results) > 1:
+    if not args.no_inprocess:
         inproc = results[1].rate / best.rate if best.rate else 0.0
         print(f"{'  (in-process scheduler, for reference)':<62}{inproc:>8.0%}   {mark(inproc >= RATIO_TARGET)}")
     ok = latency.missing == 0 and p99 < P99_TARGET_MS
@@ -1063,6 +1082,9 @@ def main() -> int:
     parser.add_argument("--rate", type=float, default=1000.0, help="paced submissions per second")
     parser.add_argument("--seconds", type=float, default=0.0, help="latency run length (default 10, quick 3)")
     parser.add_argument("--no-inprocess", action="store_true", help="skip the in-process scheduler run")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="more subprocess and baseline runs, alternating: the target reads the "
+                             "median of each subprocess run against the baselines beside it")  # fmt: skip
     parser.add_argument("--profile", choices=["py-spy", "cprofile"], help="profile the scheduler subprocess")
     return asyncio.run(main_async(parser.parse_args()))
 
