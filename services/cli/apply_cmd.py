@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -19,9 +19,10 @@ from quotasched.services.cli.verbs import (
     register_verb,
 )
 from quotasched.services.cli.session import no_scheduler, no_streams, publish, run, session
-from quotasched.services.client.commands import Decisions
+if TYPE_CHECKING:  # imported where used: `quotasched replay` and other offline verbs load no NATS client
+    from quotasched.services.client.commands import Decisions
 
-__all__ = ["Decisions", "apply"]  # Decisions: also config apply's (services.cli.config_cli)
+__all__ = ["apply"]
 
 
 class _Line:
@@ -91,6 +92,8 @@ def apply(
 async def _apply(path: str, lines: list[_Line], wait: bool, timeout: float,
                  url: str | None) -> int:  # fmt: skip
     from nats.js.errors import NotFoundError
+
+    from quotasched.services.client.commands import Decisions
 
     async with session(url) as bus:
         decisions = Decisions()

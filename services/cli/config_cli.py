@@ -19,7 +19,6 @@ from typing import Annotated, Optional
 import typer
 
 from quotasched.services.config import as_code as cac
-from quotasched.services.cli.apply_cmd import Decisions
 from quotasched.services.cli.verbs import EXIT_REFUSED, EXIT_UNDECIDED, EXIT_USAGE, Failure, NatsUrl, prose
 from quotasched.services.cli.session import ask, publish, run, session
 
@@ -95,6 +94,8 @@ async def _apply(path: str, desired: cac.Configuration, dry_run: bool, terminate
             if dry_run and plan.changes:
                 typer.echo("dry run: nothing was published")
             return 0
+        from quotasched.services.client.commands import Decisions
+
         decisions = Decisions()
         await decisions.start(bus)
         published: list[int] = []
