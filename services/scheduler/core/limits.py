@@ -84,13 +84,14 @@ def refusal(share: Share, at: float, size: int) -> str | None:
     if share.live >= most_queued:
         return (f"Quota share {share.name} has {share.live} queued jobs, its limit "
                        f"maxQueuedJobs of {most_queued}; submit again when some have ended")
-    _, submitted, _, used = _counts_at(share, at, seconds)
-    if submitted >= per_second:
-        return (f"Quota share {share.name} already had {submitted} submissions in this "
+    counts = share.submissions
+    if counts and counts[1] >= per_second and counts[0] == int(at // 1):
+        return (f"Quota share {share.name} already had {counts[1]} submissions in this "
                        f"second, its limit maxSubmissionsPerSecond of {per_second}")
-    charge = counted_bytes(size)
-    if charge is None:
+    if size <= BYTES_COUNTED_ABOVE:  # counts no bytes (counted_bytes): nothing more to check
         return None
+    charge = size
+    _, _, _, used = _counts_at(share, at, seconds)
     most = most_bytes
     if used + charge > most:
         return (f"Quota share {share.name} would reach {used + charge} submission bytes in "
