@@ -998,8 +998,11 @@ async def main_async(args) -> int:
     # shared VM the baseline alone moves by half between runs minutes apart (2026-12-04:
     # 18.4k-29.2k msgs/s while the scheduler stayed at 14.4k-17.0k), so the target reads the
     # median of these paired ratios over --rounds.
-    paired = [results[0].rate / max(baselines[0].rate, baselines[-1].rate)
-              if max(baselines[0].rate, baselines[-1].rate) else 0.0]
+    def against(run: Throughput, *beside: Throughput) -> float:
+        fastest = max(baseline.rate for baseline in beside)
+        return run.rate / fastest if fastest else 0.0
+
+    paired = [against(results[0], baselines[0], baselines[-1])]
     for round_number in range(2, args.rounds + 1):
         print(f"[2] scheduler, subprocess (round {round_number}) ...", flush=True)
         results.append(await run_scheduler(messages, "subprocess"))
@@ -1007,8 +1010,7 @@ async def main_async(args) -> int:
         print(f"[1] raw baseline (round {round_number}) ...", flush=True)
         baselines.append(await run_baseline(messages))
         print(f"    {baselines[-1].rate:,.0f} msgs/s; {load()}", flush=True)
-        pair = max(baselines[-2].rate, baselines[-1].rate)
-        paired.append(results[-1].rate / pair if pair else 0.0)
+        paired.append(against(results[-1], baselines[-2], baselines[-1]))
     print(f"[3] latency at {args.rate:.0f}/s: raw writer ...", flush=True)
     raw_latency = await run_latency_raw(args.rate, seconds, warmup, messages[-1][1])
     print(f"[3] latency at {args.rate:.0f}/s: scheduler ...", flush=True)

@@ -27,10 +27,7 @@ against nats-py's own on generated subjects, headers and payloads.
 
 from __future__ import annotations
 
-import re
-
-from nats import errors
-from nats.aio.client import Client
+from nats.aio.client import _HEADER_KEY_RE, _SUBJECT_INVALID_RE, Client
 
 _CRLF = b"\r\n"
 ORIGINAL = Client._parse_header_lines
@@ -54,10 +51,8 @@ def parse_header_lines(raw: bytes) -> dict[str, str]:
     return out
 
 
-# nats-py's own rules (nats/aio/client.py): a header name is an RFC 7230 token; a subject has
-# no whitespace or CR/LF.
-_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
-_NOT_IN_SUBJECT = re.compile(r"[ \t\r\n]")
+# nats-py's own rules, its own patterns: a header name is an RFC 7230 token (_HEADER_KEY_RE); a
+# subject has no whitespace or CR/LF (_SUBJECT_INVALID_RE).
 _CHECKED_NAMES: set[str] = set()  # header names found to be tokens (a handful)
 _CHECKED_SUBJECTS: set[str] = set()  # subjects found plain (one per queue, share and kind)
 _MOST_CHECKED = 65_536
@@ -66,7 +61,7 @@ _MOST_CHECKED = 65_536
 def _plain_subject(subject: str) -> bool:
     if subject in _CHECKED_SUBJECTS:
         return True
-    if not subject or _NOT_IN_SUBJECT.search(subject):
+    if not subject or _SUBJECT_INVALID_RE.search(subject):
         return False
     if len(_CHECKED_SUBJECTS) >= _MOST_CHECKED:
         _CHECKED_SUBJECTS.clear()
@@ -78,12 +73,12 @@ def hpub_frame(subject: str, reply: str, headers: dict[str, str], payload: bytes
     """The bytes nats-py's `_send_publish` sends for this message, or None when it is not
     plain (a subject or reply nats-py would refuse, a header name that is not a token, a value
     nats-py would strip or mend): then only nats-py may encode it."""
-    if not _plain_subject(subject) or (reply and _NOT_IN_SUBJECT.search(reply)):
+    if not _plain_subject(subject) or (reply and _SUBJECT_INVALID_RE.search(reply)):
         return None
     lines = ["NATS/1.0\r\n"]
     for name, value in headers.items():
         if name not in _CHECKED_NAMES:
-            if not _TOKEN.fullmatch(name):
+            if not _HEADER_KEY_RE.fullmatch(name):
                 return None
             _CHECKED_NAMES.add(name)
         if "\r" in value or "\n" in value or value.strip() != value:
@@ -99,7 +94,9 @@ def hpub_frame(subject: str, reply: str, headers: dict[str, str], payload: bytes
 async def publish_all(nc: Client, messages: list[tuple[str, str, dict[str, str], bytes]]) -> None:
     """Publish (subject, reply, headers, payload) messages in order, as `nc.publish` each
     would, but the frames of plain messages are built here and handed to nats-py's outbound
-    buffer at once (one command, then nats-py's own flush rule)."""
+    buffer at once (one command, then nats-py's own flush rule).  Otherwise every message goes
+    through `nc.publish`, which raises what it raises (a closed or draining connection, a
+    payload over max_payload) or buffers while reconnecting."""
     if nc.is_connected and not nc.is_draining_pubs:
         frames, sent = [], 0
         most = nc.max_payload
@@ -116,8 +113,6 @@ async def publish_all(nc: Client, messages: list[tuple[str, str, dict[str, str],
             if nc._flush_queue is not None and nc._flush_queue.empty():
                 await nc._flush_pending()
             return
-    elif nc.is_closed:
-        raise errors.ConnectionClosedError
     for subject, reply, headers, payload in messages:
         await nc.publish(subject, payload, reply=reply, headers=headers)
 

@@ -88,10 +88,10 @@ def refusal(share: Share, at: float, size: int) -> str | None:
     if counts and counts[1] >= per_second and counts[0] == int(at // 1):
         return (f"Quota share {share.name} already had {counts[1]} submissions in this "
                        f"second, its limit maxSubmissionsPerSecond of {per_second}")
-    if size <= BYTES_COUNTED_ABOVE:  # counts no bytes (counted_bytes): nothing more to check
+    charge = counted_bytes(size)
+    if charge is None:
         return None
-    charge = size
-    _, _, _, used = _counts_at(share, at, seconds)
+    used = _counts_at(share, at, seconds)[3]
     most = most_bytes
     if used + charge > most:
         return (f"Quota share {share.name} would reach {used + charge} submission bytes in "
