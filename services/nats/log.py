@@ -8,7 +8,8 @@ when it has the plain v1 form, from the metadata otherwise.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from typing import Any, TypeVar
 
 from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy
@@ -17,6 +18,7 @@ from quotasched.events.subjects import COMMANDS_PREFIX, COMMANDS_STREAM, FACTS_S
 from quotasched.services.nats.bus import last_sequence
 
 ALL_FACTS = "qm.fact.>"
+T = TypeVar("T")
 
 
 def sequence_and_time(msg) -> tuple[int, float]:
@@ -68,17 +70,23 @@ async def read_log(js: JetStreamContext, subject: str = ALL_FACTS, start_seq: in
         yield stream_seq(msg), msg.data, msg.subject
 
 
+def seq_and_data(seq: int, msg) -> tuple[int, bytes]:
+    return seq, msg.data
+
+
 async def read_log_chunks(js: JetStreamContext, subject: str = ALL_FACTS, start_seq: int = 1,
-                          until_seq: int | None = None,
-                          chunk_size: int = 20_000) -> AsyncIterator[list[tuple[int, bytes]]]:
+                          until_seq: int | None = None, chunk_size: int = 20_000,
+                          keep: Callable[[int, Any], T] = seq_and_data,
+                          stream: str = FACTS_STREAM) -> AsyncIterator[list[T]]:  # fmt: skip
     """The log from `start_seq` to its end as of the call (or `until_seq`), in order, as
-    lists of up to `chunk_size` (stream seq, payload): for bulk readers (a projection rebuild)
-    that hand on many facts at once.  The subscription's callback appends to a list, so no
-    queue put/get or generator step is paid per message (read_log's cost)."""
-    end = until_seq if until_seq is not None else await last_sequence(js, subject)
+    lists of up to `chunk_size` items, `keep(stream seq, message)` each ((stream seq, payload)
+    unless told): for bulk readers (a projection rebuild, recovery) that handle many facts at
+    once.  The subscription's callback appends to a list, so no queue put/get or generator
+    step is paid per message (read_log's cost)."""
+    end = until_seq if until_seq is not None else await last_sequence(js, subject, stream)
     if end < start_seq:
         return
-    pending: list[tuple[int, bytes]] = []
+    pending: list[T] = []
     ready = asyncio.Event()
     finished = False
 
@@ -87,14 +95,14 @@ async def read_log_chunks(js: JetStreamContext, subject: str = ALL_FACTS, start_
         seq = stream_seq(msg)
         if finished or seq > end:
             return
-        pending.append((seq, msg.data))
+        pending.append(keep(seq, msg))
         if seq >= end:
             finished = True
             ready.set()
         elif len(pending) >= chunk_size:
             ready.set()
 
-    sub = await _ordered(js, subject, start_seq, deliver, FACTS_STREAM)
+    sub = await _ordered(js, subject, start_seq, deliver, stream)
     try:
         while True:
             await ready.wait()

@@ -11,6 +11,7 @@ import gc
 import io
 import os
 import pickle
+import time
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,15 +23,15 @@ from nats.js.errors import NotFoundError, ObjectNotFoundError
 from quotasched.events.codec import decode_fact, encode_bytes
 from quotasched.events.subjects import ANY, COMMANDS_PREFIX, COMMANDS_STREAM, FACTS_STREAM, SNAPSHOTS_BUCKET
 from quotasched.services.nats.bus import last_sequence
-from quotasched.services.nats.log import read_messages, sequence_and_time, stream_seq
+from quotasched.services.nats.log import read_log_chunks, read_messages, sequence_and_time
 from quotasched.services.scheduler.core import State, evolve
 from quotasched.services.scheduler.partition import Partition
 from quotasched.services.scheduler.routing import decide_message, fact_subject_of
 
-# 12: the ended jobs awaiting expiry, per job queue (retention); 11: shares count their live jobs and submission windows (admission limits); 9: shares keep their options beyond AWS, the state its wake-ups; 8: jobs keep their tags, payload and recent attempts (DescribeServiceJob); 7: whether the last decided command was refused; 6: every state object pickled as a tuple, the same from the interpreted and the compiled
+# 13: jobs pickled as tuples by the State, shares' dispatched jobs by id; 12: the ended jobs awaiting expiry, per job queue (retention); 11: shares count their live jobs and submission windows (admission limits); 9: shares keep their options beyond AWS, the state its wake-ups; 8: jobs keep their tags, payload and recent attempts (DescribeServiceJob); 7: whether the last decided command was refused; 6: every state object pickled as a tuple, the same from the interpreted and the compiled
 # core; 5: blocked_due in the state; 4: the last command in the state; 3: jobs pickled as
 # slot tuples; 2: zlib; 1: pickle
-SNAPSHOT_VERSION = 12
+SNAPSHOT_VERSION = 13
 CHUNK_BYTES = 512 * 1024  # object-store chunks: fewer round trips than nats-py's 128 KiB
 
 
@@ -59,6 +60,7 @@ class Recovered:
     snapshot_seq: int = 0  # the snapshot this state was rebuilt from (0: from the start)
     folded: int = 0  # facts of this partition folded (or decided again) since the snapshot
     last_refused: bool = False  # was the command at decided_through refused (it moved no clock)
+    load_seconds: float = 0.0  # how long fetching and loading its snapshot took
 
 
 async def recover(js: JetStreamContext, scope: Partition, warm: Recovered | None = None) -> Recovered:
@@ -79,43 +81,68 @@ async def recover(js: JetStreamContext, scope: Partition, warm: Recovered | None
     are decided again from the command stream, in order among its own commands (see
     `FleetCommands`).
     """
+    loading = time.perf_counter()
     recovered = warm or await load_snapshot(js, scope.name) or Recovered(State(), 0, 0)
+    if warm is None:
+        recovered.load_seconds = time.perf_counter() - loading
     await check_log_complete(js, scope, recovered.fact_seq)
     recovered.log_end, recovered.partial = recovered.fact_seq, None
     fleet = await FleetCommands.read(js, scope, recovered.commands_through) if scope.is_queue else None
     group: list = []
-    async for msg in read_messages(js, scope.fact_filter, recovered.fact_seq + 1):
-        seq = stream_seq(msg)
-        recovered.log_end = seq
-        headers = msg.headers or {}
-        group.append((seq, msg.data))
-        count = int(headers.get("Qm-Facts", "1"))
-        if len(group) < count:
-            continue
-        facts = [decode_fact(data) for _, data in group]
-        command_seq = facts[0].command_seq
-        redecided = fleet.decide_through(recovered, command_seq) if fleet is not None else None
-        if redecided is not None:  # a fleet-wide command, decided again just now
-            if redecided != [data for _, data in group]:
-                raise RuntimeError(f"deciding fleet-wide command {command_seq} again gave "
-                                   "other facts than the log holds")  # fmt: skip
-        else:
-            for (fact_seq, _), fact in zip(group, facts):
-                if fact_seq % 16384 == 0:
-                    # The state is hundreds of thousands of long-lived objects: without
-                    # this the cyclic collector rescans them again and again in a long fold.
-                    gc.freeze()
-                evolve(recovered.state, fact)
-        recovered.fact_seq = group[-1][0]
-        recovered.folded += len(group)
-        if command_seq >= recovered.decided_through:
-            recovered.last_refused = facts[0].kind == "CommandRejected"
-        recovered.decided_through = max(recovered.decided_through, command_seq)
-        recovered.commands_through = max(recovered.commands_through, command_seq)
-        group = []
+    enabled = gc.isenabled()
+    gc.disable()  # see FOLD_CHUNK
+    try:
+        async for chunk in read_log_chunks(js, scope.fact_filter, recovered.fact_seq + 1,
+                                           chunk_size=FOLD_CHUNK, keep=_seq_data_count):  # fmt: skip
+            for seq, data, count in chunk:
+                recovered.log_end = seq
+                group.append((seq, data))
+                if len(group) < count:
+                    continue
+                _fold_command(recovered, fleet, group)
+                group = []
+            gc.freeze()
+    finally:
+        if enabled:
+            gc.enable()
     if group:
         recovered.partial = (decode_fact(group[0][1]).command_seq, [data for _, data in group])
     return recovered
+
+
+# Facts read as one chunk and folded before the next gc.freeze(), with the cyclic collector
+# paused meanwhile: a fold creates the state's long-lived objects and nothing cyclic (the
+# core's objects hold no cycles; see writer.freeze_now), so collections during it would only
+# rescan what stays.  Chunks instead of a queue and a generator step per message: recovery
+# took 15-20 % less CPU per fact (116k facts folded in process, alternating with the former
+# loop, 2026-12-04, this 2-core machine).
+FOLD_CHUNK = 16_384
+
+
+def _seq_data_count(seq: int, msg) -> tuple[int, bytes, int]:
+    """A fact message as recovery folds it: stream seq, payload, and how many facts its
+    command produced (`Qm-Facts`)."""
+    return seq, msg.data, int((msg.headers or {}).get("Qm-Facts", "1"))
+
+
+def _fold_command(recovered: Recovered, fleet: FleetCommands | None, group: list) -> None:
+    """Fold one whole command's facts, (stream seq, payload) in log order, into `recovered`."""
+    facts = [decode_fact(data) for _, data in group]
+    command_seq = facts[0].command_seq
+    redecided = fleet.decide_through(recovered, command_seq) if fleet is not None else None
+    if redecided is not None:  # a fleet-wide command, decided again just now
+        if redecided != [data for _, data in group]:
+            raise RuntimeError(f"deciding fleet-wide command {command_seq} again gave "
+                               "other facts than the log holds")  # fmt: skip
+    else:
+        for fact in facts:
+            evolve(recovered.state, fact)
+    recovered.fact_seq = group[-1][0]
+    recovered.folded += len(group)
+    if command_seq >= recovered.decided_through:
+        recovered.last_refused = facts[0].kind == "CommandRejected"
+    recovered.decided_through = max(recovered.decided_through, command_seq)
+    recovered.commands_through = max(recovered.commands_through, command_seq)
 
 
 class LogIncomplete(RuntimeError):
@@ -196,15 +223,20 @@ def capture_snapshot(recovered: Recovered) -> Callable[[], bytes]:
 
 
 async def save_snapshot(js: JetStreamContext, partition: str,
-                        snapshot: Recovered | Callable[[], bytes]) -> int:  # fmt: skip
+                        snapshot: Recovered | Callable[[], bytes],
+                        timings: dict[str, float] | None = None) -> int:  # fmt: skip
     """Store a snapshot (a state, or what `capture_snapshot` returned) so a restart folds only
     the tail; returns its size in bytes.  Written by the scheduler alone (credentials keep
-    everyone else out of the bucket, see the security docs)."""
+    everyone else out of the bucket, see the security docs).  `timings`, when given, gets
+    the `time.perf_counter()` at which the bytes were "encoded" and "stored"."""
+    timings = {} if timings is None else timings
     capture = capture_snapshot(snapshot) if isinstance(snapshot, Recovered) else snapshot
     payload = await asyncio.get_running_loop().run_in_executor(None, capture)
+    timings["encoded"] = time.perf_counter()
     store = await js.object_store(SNAPSHOTS_BUCKET)
     meta = ObjectMeta(name=partition, options=ObjectMetaOptions(max_chunk_size=CHUNK_BYTES))
     await store.put(partition, payload, meta=meta)
+    timings["stored"] = time.perf_counter()
     return len(payload)
 
 

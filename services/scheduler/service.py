@@ -90,7 +90,7 @@ class Scheduler(Writer):
                 if rebuilding:
                     warm = self._warm
                     log.info("state rebuilt", partition=self.partition, snapshot_seq=warm.snapshot_seq,
-                             facts_folded=warm.folded,
+                             facts_folded=warm.folded, snapshot_load_s=round(warm.load_seconds, 3),
                              seconds=round(time.perf_counter() - started, 3))  # fmt: skip
             except LogIncomplete:  # facts are gone for good: retrying cannot help
                 raise

@@ -426,12 +426,15 @@ class Writer:
     async def _snapshot(self, fact_seq: int, capture, started: float) -> None:
         """Store a captured snapshot while the writer goes on."""
         try:
-            size = await save_snapshot(self.js, self.partition, capture)
+            timings: dict[str, float] = {}
+            size = await save_snapshot(self.js, self.partition, capture, timings)
         except Exception as error:  # a missed snapshot only lengthens the next restart
             log.warning("snapshot not written", fact_seq=fact_seq, error=repr(error))
             return
         log.info("snapshot written", fact_seq=fact_seq, bytes=size,
-                 seconds=round(time.perf_counter() - started, 3))  # fmt: skip
+                 seconds=round(time.perf_counter() - started, 3),
+                 encoded_s=round(timings["encoded"] - started, 3),
+                 stored_s=round(timings["stored"] - timings["encoded"], 3))  # fmt: skip
 
     def _snapshot_due(self) -> bool:
         """Enough facts since the last snapshot, and that one is stored (one at a time)."""

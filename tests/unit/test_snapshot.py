@@ -75,3 +75,27 @@ def test_a_job_snapshot_lists_every_field_in_job_fields_order():
     assert [getattr(copy, name) for name in JOB_FIELDS] == list(job.snapshot())
     unpickled = pickle.loads(pickle.dumps(job, protocol=pickle.HIGHEST_PROTOCOL))
     assert unpickled.snapshot() == job.snapshot()
+
+
+def test_a_restored_state_shares_each_job_between_its_index_and_its_share():
+    """Jobs are pickled once, as tuples, and shares name their dispatched jobs by id: after
+    loading, a share's dispatched job must be the very object the state's index holds, or a
+    change folded into one would not be seen through the other."""
+    lines = (EXAMPLES / "two-teams-day.jsonl").read_bytes().splitlines()
+    half = len(lines) // 2
+    state, _ = replayed(lines[:half])
+    restored = pickle.loads(pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL))
+    dispatched = [(share, job_id) for queue in restored.queues.values()
+                  for share in queue.shares.values() for job_id in share.dispatched]  # fmt: skip
+    assert dispatched, "the example should have dispatched jobs half way"
+    for share, job_id in dispatched:
+        assert share.dispatched[job_id] is restored.jobs[job_id]
+    assert [list(s.dispatched) for q in restored.queues.values() for s in q.shares.values()] == \
+        [list(s.dispatched) for q in state.queues.values() for s in q.shares.values()]
+
+    # folding the rest into the restored state ends where folding it into the original does
+    for _ in replay_lines(lines[half:], state):
+        pass
+    for _ in replay_lines(lines[half:], restored):
+        pass
+    assert canonical_state(restored) == canonical_state(state)

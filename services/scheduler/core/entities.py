@@ -11,7 +11,7 @@ calling the class with none, then `__setstate__`.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from quotasched.events.values import JobStatus, SharingStrategy, State as OnOff
 
@@ -183,11 +183,15 @@ class Share:
          self.preempted_at, self.lending, self.options, self.charge, self.live,
          self.submissions) = saved  # fmt: skip
 
+    # Pickled with its dispatched jobs by id: the jobs themselves are pickled once, by the
+    # State (as tuples), which links them back here when it is unpickled (State.__setstate__).
     def __getstate__(self) -> tuple:
-        return (self.name, self.queue, self.heap, self.dispatched, self.snapshot())
+        return (self.name, self.queue, self.heap, tuple(self.dispatched), self.snapshot())
 
     def __setstate__(self, saved: tuple) -> None:
-        self.name, self.queue, self.heap, self.dispatched, kept = saved
+        self.name, self.queue, self.heap, dispatched, kept = saved
+        # job ids only, until the State links them
+        self.dispatched = cast("dict[str, Job]", dict.fromkeys(dispatched))
         self.restore(kept)
 
 
