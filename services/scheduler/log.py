@@ -7,7 +7,9 @@ reads the log with them, none through the scheduler.
 from __future__ import annotations
 
 import asyncio
+import base64
 import gc
+import hashlib
 import io
 import os
 import pickle
@@ -18,7 +20,8 @@ from dataclasses import dataclass
 
 from nats.js import JetStreamContext
 from nats.js.api import ObjectMeta, ObjectMetaOptions
-from nats.js.errors import NotFoundError, ObjectNotFoundError
+from nats.js.errors import DigestMismatchError, NotFoundError, ObjectNotFoundError
+from nats.js.object_store import OBJ_CHUNKS_PRE_TEMPLATE, OBJ_DIGEST_TYPE, OBJ_STREAM_TEMPLATE
 
 from quotasched.events.codec import decode_fact, encode_bytes
 from quotasched.events.subjects import ANY, COMMANDS_PREFIX, COMMANDS_STREAM, FACTS_STREAM, SNAPSHOTS_BUCKET
@@ -292,14 +295,49 @@ def _unpickle(raw: bytes | memoryview) -> object:
         gc.freeze()
 
 
+FETCH_TRIES = 3  # reads of an object that keeps being replaced while it is read
+
+
+async def fetch_object(js: JetStreamContext, bucket: str, name: str) -> io.BytesIO:
+    """An object of the object store, its chunks read with direct gets, checked against its
+    size and SHA-256 digest as nats-py's `ObjectStore.get` checks them.
+
+    nats-py reads the chunks with an ordered push consumer, which took 0.78 s for a 20 MB
+    object with 0.06 s of CPU (waiting on its flow control); direct gets, one chunk after the
+    other, 0.05-0.07 s (2026-12-04, this 2-core machine).  Raises ObjectNotFoundError when
+    there is no such object; a new revision stored while this one is read (its chunks purged
+    under the reader) is read again from its new description."""
+    store = await js.object_store(bucket)
+    stream = OBJ_STREAM_TEMPLATE.format(bucket=bucket)
+    tries = 0
+    while True:
+        info = await store.get_info(name)
+        subject = OBJ_CHUNKS_PRE_TEMPLATE.format(bucket=bucket, obj=info.nuid)
+        buffer, digest, seq = io.BytesIO(), hashlib.sha256(), 1
+        try:
+            for _ in range(info.chunks or 0):
+                msg = await js.get_msg(stream, seq=seq, subject=subject, next=True, direct=True)
+                buffer.write(msg.data)
+                digest.update(msg.data)
+                seq = msg.seq + 1
+            break
+        except NotFoundError:  # replaced while read: its chunks are gone, read the new one
+            tries += 1
+            if tries >= FETCH_TRIES:
+                raise
+    stated = (info.digest or "").replace(OBJ_DIGEST_TYPE, "").replace(OBJ_DIGEST_TYPE.upper(), "")
+    if buffer.tell() != (info.size or 0) or digest.digest() != base64.urlsafe_b64decode(stated):
+        raise DigestMismatchError
+    return buffer
+
+
+
 async def load_snapshot(js: JetStreamContext, partition: str) -> Recovered | None:
-    store = await js.object_store(SNAPSHOTS_BUCKET)
-    # Into a buffer: without `writeinto`, nats-py 2.16 joins the chunks with `bytes +=`,
-    # which is quadratic (minutes for a snapshot of a few hundred MB).
-    buffer = io.BytesIO()
     try:
-        await store.get(partition, writeinto=buffer)
+        buffer = await fetch_object(js, SNAPSHOTS_BUCKET, partition)
     except ObjectNotFoundError:
+        return None
+    except DigestMismatchError:  # a damaged object: fold the whole log instead
         return None
     try:
         image = _unpickle(zlib.decompress(buffer.getbuffer()))
