@@ -246,8 +246,20 @@ async def save_snapshot(js: JetStreamContext, partition: str,
 def encode_snapshot(image: tuple) -> bytes:
     """Pickle, compressed: a state pickles to many repeated names and small ints, so zlib's
     fastest level makes it ~6x smaller in a few percent of the pickling time, and the store
-    moves (and a restart fetches) a sixth of the bytes."""
-    return zlib.compress(pickle.dumps(image, protocol=pickle.HIGHEST_PROTOCOL), 1)
+    moves (and a restart fetches) a sixth of the bytes.
+
+    The cyclic collector is paused meanwhile: pickling builds a tuple of fields per job (and
+    boxes the compiled core's numbers), each allocation threshold crossed starts a collection
+    over them, and nothing cyclic is made.  A state of 197k jobs pickled in 0.74 s paused
+    against 1.00 s running, building the jobs' tuples 0.08 s against 0.48 s (best of 3,
+    2026-12-04, this 2-core machine)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return zlib.compress(pickle.dumps(image, protocol=pickle.HIGHEST_PROTOCOL), 1)
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _pickle_in_child(image: tuple) -> tuple[int, int]:
