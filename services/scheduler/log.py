@@ -104,6 +104,7 @@ async def recover(js: JetStreamContext, scope: Partition, warm: Recovered | None
                     continue
                 _fold_command(recovered, fleet, group)
                 group = []
+            gc.collect(0)
             gc.freeze()
     finally:
         if enabled:
@@ -116,9 +117,11 @@ async def recover(js: JetStreamContext, scope: Partition, warm: Recovered | None
 # Facts read as one chunk and folded before the next gc.freeze(), with the cyclic collector
 # paused meanwhile: a fold creates the state's long-lived objects and nothing cyclic (the
 # core's objects hold no cycles; see writer.freeze_now), so collections during it would only
-# rescan what stays.  Chunks instead of a queue and a generator step per message: recovery
-# took 15-20 % less CPU per fact (116k facts folded in process, alternating with the former
-# loop, 2026-12-04, this 2-core machine).
+# rescan what stays.  Before each freeze a collection of the youngest generation frees what
+# other tasks left cyclic meanwhile, so nothing garbage is frozen for good (no cost measured
+# on a fold of 116k facts).  Chunks instead of a queue and a generator step per message:
+# recovery took 15-20 % less CPU per fact (116k facts folded in process, alternating with the
+# former loop, 2026-12-04, this 2-core machine).
 FOLD_CHUNK = 16_384
 
 
