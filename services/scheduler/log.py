@@ -31,9 +31,13 @@ from quotasched.services.scheduler.core import State, evolve
 from quotasched.services.scheduler.partition import Partition
 from quotasched.services.scheduler.routing import decide_message, fact_subject_of
 
-# 13: jobs pickled as tuples by the State, shares' dispatched jobs by id; 12: the ended jobs awaiting expiry, per job queue (retention); 11: shares count their live jobs and submission windows (admission limits); 9: shares keep their options beyond AWS, the state its wake-ups; 8: jobs keep their tags, payload and recent attempts (DescribeServiceJob); 7: whether the last decided command was refused; 6: every state object pickled as a tuple, the same from the interpreted and the compiled
-# core; 5: blocked_due in the state; 4: the last command in the state; 3: jobs pickled as
-# slot tuples; 2: zlib; 1: pickle
+# 13: jobs pickled as tuples by the State, shares' dispatched jobs by id; 12: the ended jobs
+# awaiting expiry, per job queue (retention); 11: shares count their live jobs and submission
+# windows (admission limits); 9: shares keep their options beyond AWS, the state its wake-ups; 8:
+# jobs keep their tags, payload and recent attempts (DescribeServiceJob); 7: whether the last
+# decided command was refused; 6: every state object pickled as a tuple, the same from the
+# interpreted and the compiled core; 5: blocked_due in the state; 4: the last command in the state;
+# 3: jobs pickled as slot tuples; 2: zlib; 1: pickle
 SNAPSHOT_VERSION = 13
 CHUNK_BYTES = 512 * 1024  # object-store chunks: fewer round trips than nats-py's 128 KiB
 
