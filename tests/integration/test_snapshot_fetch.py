@@ -104,3 +104,22 @@ async def test_an_object_replaced_while_it_is_read_is_read_again_whole(nats_serv
         assert (await fetch_object(bus.js, SNAPSHOTS_BUCKET, "main")).getvalue() == new
         assert len(set(reads)) == 2  # the old revision's chunks, then the new one's
         assert scheduler_log.FETCH_TRIES >= 2
+
+
+async def test_an_object_whose_chunk_was_replaced_is_refused(nats_server):
+    """A chunk purged and stored again with other bytes (same subject, same count): the
+    digest no longer matches, for nats-py and for the fetch alike."""
+    async with Bus(nats_server.url) as bus:
+        await ensure_streams(bus.js, Settings())
+        store = await bus.js.object_store(SNAPSHOTS_BUCKET)
+        await put(store, "main", b"z" * 3000, 1024)
+        info = await store.get_info("main")
+        stream, subject = f"OBJ_{SNAPSHOTS_BUCKET}", f"$O.{SNAPSHOTS_BUCKET}.C.{info.nuid}"
+        first = await bus.js.get_msg(stream, seq=1, subject=subject, next=True, direct=True)
+        await bus.js.delete_msg(stream, first.seq)
+        await bus.js.publish(subject, b"Z" * 1024, stream=stream)
+        with pytest.raises(DigestMismatchError):
+            await nats_py_get(store, "main")
+        with pytest.raises(DigestMismatchError):
+            await fetch_object(bus.js, SNAPSHOTS_BUCKET, "main")
+        assert await load_snapshot(bus.js, "main") is None
