@@ -37,6 +37,7 @@ ORIGINAL = Client._parse_header_lines
 
 _BYTES_SPACE = " \t\n\r\x0b\x0c"  # what bytes.strip() strips (str.strip() strips \x1c-\x1f too)
 _NAMES: dict[str, str] = {}  # raw header name -> its key, for names found to be tokens
+_MOST_CHECKED = 65_536  # entries of each cache of checked names and subjects
 
 
 def parse_header_lines(raw: bytes) -> dict[str, str]:
@@ -86,7 +87,6 @@ def _parse_lines(raw: bytes) -> dict[str, str]:
 # subject has no whitespace or CR/LF (_SUBJECT_INVALID_RE).
 _CHECKED_NAMES: set[str] = set()  # header names found to be tokens (a handful)
 _CHECKED_SUBJECTS: set[str] = set()  # subjects found plain (one per queue, share and kind)
-_MOST_CHECKED = 65_536
 
 
 def _plain_subject(subject: str) -> bool:

@@ -15,7 +15,8 @@ import os
 import pickle
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from nats.js import JetStreamContext
@@ -96,9 +97,7 @@ async def recover(js: JetStreamContext, scope: Partition, warm: Recovered | None
     recovered.log_end, recovered.partial = recovered.fact_seq, None
     fleet = await FleetCommands.read(js, scope, recovered.commands_through) if scope.is_queue else None
     group: list = []
-    enabled = gc.isenabled()
-    gc.disable()  # see FOLD_CHUNK
-    try:
+    with collector_paused():  # see FOLD_CHUNK
         async for chunk in read_log_chunks(js, scope.fact_filter, recovered.fact_seq + 1,
                                            chunk_size=FOLD_CHUNK, keep=_seq_data_count):  # fmt: skip
             for seq, data, count in chunk:
@@ -110,12 +109,22 @@ async def recover(js: JetStreamContext, scope: Partition, warm: Recovered | None
                 group = []
             gc.collect(0)
             gc.freeze()
-    finally:
-        if enabled:
-            gc.enable()
     if group:
         recovered.partial = (decode_fact(group[0][1]).command_seq, [data for _, data in group])
     return recovered
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """The cyclic collector off meanwhile (as it was after): for building or loading a state,
+    which makes many long-lived objects and no cycles, so collections would only rescan it."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 # Facts read as one chunk and folded before the next gc.freeze(), with the cyclic collector
@@ -260,13 +269,8 @@ def encode_snapshot(image: tuple) -> bytes:
     over them, and nothing cyclic is made.  A state of 197k jobs pickled in 0.74 s paused
     against 1.00 s running, building the jobs' tuples 0.08 s against 0.48 s (best of 3,
     2026-12-04, this 2-core machine)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with collector_paused():
         return zlib.compress(pickle.dumps(image, protocol=pickle.HIGHEST_PROTOCOL), 1)
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _pickle_in_child(image: tuple) -> tuple[int, int]:
@@ -304,14 +308,10 @@ def _unpickle(raw: bytes | memoryview) -> object:
     load with the collector running against 0.66 s paused (the 400k replay workload,
     2026-12-04, this 2-core machine).  Frozen, the loaded state is never rescanned by the
     tail's fold (the core's objects hold no cycles; see writer.freeze_now)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        return pickle.loads(raw)
-    finally:
-        if enabled:
-            gc.enable()
-        gc.freeze()
+    with collector_paused():
+        state = pickle.loads(raw)
+    gc.freeze()
+    return state
 
 
 FETCH_TRIES = 3  # reads of an object that keeps being replaced while it is read
