@@ -9,7 +9,14 @@ from pathlib import Path
 from quotasched.services.replay import replay_lines
 from quotasched.services.scheduler.core import State
 from quotasched.services.scheduler.core.views import canonical_state
-from quotasched.services.scheduler.log import Recovered, SNAPSHOT_VERSION, capture_snapshot, encode_snapshot
+from quotasched.services.scheduler import log
+from quotasched.services.scheduler.log import (
+    Recovered,
+    SNAPSHOT_VERSION,
+    capture_snapshot,
+    decode_snapshot,
+    encode_snapshot,
+)
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -32,7 +39,7 @@ def test_a_capture_holds_the_state_of_its_moment_while_the_state_moves_on():
         pass
     assert canonical_state(state) != before
 
-    version, fact_seq, decided_through, commands_through, last_refused, restored = pickle.loads(
+    version, fact_seq, decided_through, commands_through, last_refused, restored = decode_snapshot(
         zlib.decompress(capture()))
     assert (version, fact_seq, decided_through) == (SNAPSHOT_VERSION, facts, half)
     assert commands_through == 0  # not given: no command beyond the recorded ones
@@ -40,13 +47,40 @@ def test_a_capture_holds_the_state_of_its_moment_while_the_state_moves_on():
     assert canonical_state(restored) == before
 
 
-def test_the_captured_bytes_are_the_compressed_pickle_of_the_state():
+def test_the_captured_bytes_are_the_encoded_state_and_decode_to_it():
     state, facts = replayed((EXAMPLES / "two-teams-day.jsonl").read_bytes().splitlines())
     recovered = Recovered(state, facts, 7, 9)
     image = (SNAPSHOT_VERSION, facts, 7, 9, False, state)
     captured = capture_snapshot(recovered)()
-    assert zlib.decompress(captured) == pickle.dumps(image, protocol=pickle.HIGHEST_PROTOCOL)
     assert captured == encode_snapshot(image)
+    *head, restored = decode_snapshot(zlib.decompress(captured))
+    assert head == [SNAPSHOT_VERSION, facts, 7, 9, False]
+    assert canonical_state(restored) == canonical_state(state)
+
+
+def test_jobs_pickled_in_runs_come_back_whole_and_in_acceptance_order(monkeypatch):
+    """The jobs' tuples are pickled in runs (each with its own memo): with runs of 3, every
+    run boundary and a short last run are crossed, and the state loads as it was, its job
+    index in acceptance order (readers and DeleteQuotaShare rely on that order)."""
+    state, facts = replayed((EXAMPLES / "two-teams-day.jsonl").read_bytes().splitlines())
+    assert len(state.jobs) > 7 and len(state.jobs) % 3, "want several runs and a short last one"
+    monkeypatch.setattr(log, "JOBS_PER_PICKLE", 3)
+    raw = zlib.decompress(encode_snapshot((SNAPSHOT_VERSION, facts, 1, 2, True, state)))
+    runs = pickle.loads(raw)[-1][log.JOBS_AT]
+    assert [len(pickle.loads(run)) for run in runs] == \
+        [3] * (len(state.jobs) // 3) + [len(state.jobs) % 3]
+    *_, restored = decode_snapshot(raw)
+    assert list(restored.jobs) == list(state.jobs)
+    assert [job.seq for job in restored.jobs.values()] == sorted(job.seq for job in state.jobs.values())
+    assert all(restored.jobs[job_id].snapshot() == job.snapshot() for job_id, job in state.jobs.items())
+    assert canonical_state(restored) == canonical_state(state)
+
+
+def test_an_older_layout_decodes_to_nothing_so_the_whole_log_is_folded():
+    state, facts = replayed((EXAMPLES / "notebook.jsonl").read_bytes().splitlines())
+    older = pickle.dumps((SNAPSHOT_VERSION - 1, facts, 1, 1, False, state), pickle.HIGHEST_PROTOCOL)
+    assert decode_snapshot(older) is None
+    assert decode_snapshot(pickle.dumps("not an image")) is None
 
 
 def test_a_job_snapshot_lists_every_field_in_job_fields_order():

@@ -31,6 +31,7 @@ from quotasched.services.scheduler.core.entities import Environment, Job, Need, 
 
 
 FORGOTTEN_MERGE_AT = 4096
+JOBS_AT = 3  # where State.__getstate__ puts the jobs' tuples (the snapshot writer packs them)
 
 
 def id_digest(job_id: str) -> int:
@@ -113,7 +114,7 @@ class State:
     # take 1.54 s to pickle, their tuples 0.88 s with building them (2026-12-04, this 2-core
     # machine).
     def __getstate__(self) -> tuple:
-        jobs = [job.snapshot() for job in self.jobs.values()]
+        jobs = [job.snapshot() for job in self.jobs.values()]  # at JOBS_AT
         return (self.environments, self.policies, self.queues, jobs, self.client_tokens,
                 self.timeouts, self.blocked, self.epochs, self.wakes, self.ended,
                 self.forgotten_ids, self.forgotten_new, self.snapshot())  # fmt: skip
