@@ -427,7 +427,7 @@ class Writer:
         """Store a captured snapshot while the writer goes on."""
         try:
             timings: dict[str, float] = {}
-            size = await save_snapshot(self.js, self.partition, capture, timings)
+            size = await save_snapshot(self.nc, self.partition, capture, timings)
         except Exception as error:  # a missed snapshot only lengthens the next restart
             log.warning("snapshot not written", fact_seq=fact_seq, error=repr(error))
             return
