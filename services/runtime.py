@@ -13,6 +13,7 @@ import os
 import signal
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from contextlib import AsyncExitStack
 
 from typing import TYPE_CHECKING
@@ -22,6 +23,7 @@ from quotasched.services.nats.bus import connect, ensure_streams
 from quotasched.services.datadir import DataDirLock
 from quotasched.services.nats.embedded import EmbeddedServer
 from quotasched.services.metrics import MetricsEndpoint, ProjectorPart, SchedulerPart, WriterStats
+from quotasched.services.scheduler.instance import InstanceLock
 from quotasched.services.scheduler.service import Scheduler
 from quotasched.services.storage_watch import StorageWatch
 from quotasched.services.settings import Settings
@@ -135,7 +137,12 @@ class Stack:
         self._exit.push_async_callback(nc.close)
         await ensure_streams(nc.jetstream(), self.settings)
         if self.with_scheduler:
-            self.scheduler = Scheduler(nc, self.settings)
+            holder = None
+            if self.settings.instance_lock:  # QUOTASCHED_INSTANCE_LOCK (scheduler/instance.py)
+                lock = InstanceLock(Path(self.settings.instance_lock)).acquire()
+                self._exit.callback(lock.release)
+                holder = lock.holder
+            self.scheduler = Scheduler(nc, self.settings, holder, reclaim=holder is not None)
             self._task = asyncio.create_task(self.scheduler.run(self.stop))
             self._task.add_done_callback(self._scheduler_ended)
             self._exit.push_async_callback(self._stop_scheduler)

@@ -75,6 +75,9 @@ class Settings(BaseSettings):
     data_dir: str = ".quotasched"
     partition: str = "main"  # the lease key and consumer name of this scheduling partition
     lease_ttl_s: float = Field(6.0, ge=2.0)
+    # A file only this scheduler instance locks (`--instance-lock`): restarted after a crash,
+    # it takes its own lease back at once instead of waiting lease_ttl_s (instance.py).
+    instance_lock: str | None = None
     tick_interval_s: float = Field(1.0, gt=0)
     snapshot_every: int = Field(50_000, ge=100)  # facts between state snapshots
     batch_commands: int = Field(512, ge=1, le=1000)  # commands decided per atomic append

@@ -292,10 +292,11 @@ def _refuse_projector(error: Exception) -> NoReturn:
     from quotasched.projections.schema import SchemaMismatch
     from quotasched.projections.store import ProjectionError
     from quotasched.services.projector.service import ProjectorError
+    from quotasched.services.scheduler.instance import InstanceLockError
     from quotasched.services.scheduler.log import LogIncomplete
     from quotasched.services.scheduler.mode import ModeConflict
 
-    if isinstance(error, (LogIncomplete, ModeConflict)):
+    if isinstance(error, (LogIncomplete, ModeConflict, InstanceLockError)):
         _refuse(str(error))
     if not isinstance(error, (ProjectorError, ProjectionError, SchemaMismatch)):
         raise error
@@ -313,6 +314,12 @@ def scheduler(
              "queue.",
         show_default=False)] = None,
     metrics_port: MetricsPort = None,
+    instance_lock: Annotated[Optional[str], typer.Option(
+        "--instance-lock", envvar="QUOTASCHED_INSTANCE_LOCK",
+        help="A file on a local disk that only this scheduler instance uses. Restarted after a "
+             "crash with the same file, it takes its own lease back at once instead of waiting "
+             "for the lease to run out.",
+        show_default=False)] = None,
 ) -> None:
     """Run one scheduler instance against a NATS server; a second one is a hot standby."""
     import asyncio
@@ -333,7 +340,8 @@ def scheduler(
 
             nc = await connect(nats_url, "quotasched-scheduler")
             stop_on_signals(stack.stop)
-            await run_partitions(nc, stack.settings, queues, stack.expose, stack.stop)
+            await run_partitions(nc, stack.settings, queues, stack.expose, stack.stop,
+                                 holder=None if lock is None else lock.holder)  # fmt: skip
             await nc.close()
 
     from quotasched.services.scheduler.process import EVERY_QUEUE, run_partitions
@@ -343,6 +351,15 @@ def scheduler(
     if bad:
         typer.echo(f"quotasched scheduler: job queue name {bad[0]!r} {NAME_RULE}", err=True)
         raise typer.Exit(2)
+    lock = None
+    if instance_lock:
+        from quotasched.services.scheduler.instance import InstanceLock, InstanceLockError
+
+        try:
+            lock = InstanceLock(Path(instance_lock)).acquire()
+        except InstanceLockError as error:
+            typer.echo(f"quotasched scheduler: {error}", err=True)
+            raise typer.Exit(2) from None
     try:
         asyncio.run(run())
     except Exception as error:
@@ -353,6 +370,9 @@ def scheduler(
             raise
         typer.echo(f"quotasched scheduler: {error}", err=True)
         raise typer.Exit(2) from None
+    finally:
+        if lock is not None:
+            lock.release()
 
 
 

@@ -2,7 +2,9 @@
 
 `acquire` creates the key (only possible when it is absent: nobody leads, or the last leader
 stopped renewing and the bucket's TTL removed it).  The leader renews it with `update` on the
-revision it last wrote; a renewal that fails means someone else took over.  `valid()` is the
+revision it last wrote; a renewal that fails means someone else took over.  With `reclaim`
+(the holder is an instance lock's, instance.py), a lease that names this very holder is a dead
+predecessor's and is taken back at once, on the revision read.  `valid()` is the
 leader's own, conservative view: it stops writing a margin before the TTL could run out.  Even
 a leader that was frozen past its lease and does not know it yet cannot write: the fact log's
 expected-last-sequence check refuses its append (fencing).
@@ -27,11 +29,16 @@ UNANSWERED = (nats.errors.TimeoutError, nats.errors.ConnectionClosedError,
 
 
 class Lease:
-    def __init__(self, js: JetStreamContext, partition: str, ttl_s: float, holder: str | None = None):
+    def __init__(self, js: JetStreamContext, partition: str, ttl_s: float, holder: str | None = None,
+                 reclaim: bool = False):  # fmt: skip
         self.js = js
         self.key = f"scheduler.{partition}"
         self.ttl_s = ttl_s
         self.holder = holder or f"scheduler-{uuid.uuid4().hex[:12]}"
+        # Only for a holder no live process but this one can have (instance.py): a lease that
+        # names it was left by a dead process.
+        self.reclaim = reclaim and holder is not None
+        self.reclaimed = False  # the last acquire took a dead predecessor's lease back
         self.revision: int | None = None
         self.valid_until = 0.0
         self.last_error: Exception | None = None  # of the last acquire that failed
@@ -41,14 +48,33 @@ class Lease:
         cluster electing a new leader for it, a reconnect): the caller tries again later."""
         started = time.monotonic()
         self.last_error = None
+        self.reclaimed = False
         try:
             kv = await self.js.key_value(LEASES_BUCKET)
-            self.revision = await kv.create(self.key, self.holder.encode())
+            try:
+                self.revision = await kv.create(self.key, self.holder.encode())
+            except KeyWrongLastSequenceError:
+                if not self.reclaim:
+                    raise
+                self.revision = await self._take_back(kv)
+                self.reclaimed = True
         except (KeyWrongLastSequenceError, APIError, *UNANSWERED) as error:
             self.last_error = error  # why, for the scheduler to tell a full disk apart
             return False
         self.valid_until = started + self.ttl_s * 0.75
         return True
+
+    async def _take_back(self, kv) -> int:
+        """The lease, if it names this holder (a dead predecessor's: see `reclaim`), written
+        again on the revision read; raises KeyWrongLastSequenceError if it names another
+        holder or changed since it was read."""
+        try:
+            entry = await kv.get(self.key)
+        except NotFoundError:  # it ran out meanwhile: taken the usual way
+            return await kv.create(self.key, self.holder.encode())
+        if entry.value is None or entry.value.decode(errors="replace") != self.holder:
+            raise KeyWrongLastSequenceError(description="another holder leads")
+        return await kv.update(self.key, self.holder.encode(), last=entry.revision)
 
     async def renew(self) -> bool:
         if self.revision is None:

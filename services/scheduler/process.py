@@ -32,9 +32,12 @@ Expose = Callable[[Scheduler, bool], Awaitable[None]]
 
 
 async def run_partitions(nc: Client, settings: Settings, job_queues: list[str], expose: Expose,
-                         stop: asyncio.Event) -> None:  # fmt: skip
+                         stop: asyncio.Event, holder: str | None = None) -> None:  # fmt: skip
+    """`holder`: the instance lock's (instance.py): every partition's lease names it, and a
+    lease this process finds naming it is a crashed predecessor's, taken back at once."""
+    reclaim = holder is not None
     if not job_queues:
-        instance = Scheduler(nc, settings, partition=Partition.single(settings.partition))
+        instance = Scheduler(nc, settings, holder, Partition.single(settings.partition), reclaim=reclaim)
         await expose(instance, False)
         await instance.run(stop)
         return
@@ -46,7 +49,7 @@ async def run_partitions(nc: Client, settings: Settings, job_queues: list[str], 
     tasks: list[asyncio.Task] = [asyncio.create_task(members.run(nc.jetstream(), stop))]
 
     async def start(scope: Partition) -> None:
-        instance = instances[scope.name] = Scheduler(nc, settings, partition=scope, members=members)
+        instance = instances[scope.name] = Scheduler(nc, settings, holder, scope, members, reclaim)
         if scope.name not in members.partitions:
             members.partitions.append(scope.name)
         await expose(instance, True)

@@ -50,13 +50,16 @@ CONSUMER_CHECK_S = 3.0  # how often a term asks whether its command consumer sti
 
 class Scheduler(Writer):
     def __init__(self, nc: Client, settings: Settings, holder: str | None = None,
-                 partition: Partition | None = None, members: Members | None = None):  # fmt: skip
+                 partition: Partition | None = None, members: Members | None = None,
+                 reclaim: bool = False):  # fmt: skip
+        """`holder`, `reclaim`: an instance lock's holder, whose own lease this instance takes
+        back at once after a crash (instance.py); without them a random holder."""
         self.nc = nc
         self.js = nc.jetstream()
         self.settings = settings
         self.scope = partition or Partition.single(settings.partition)
         self.partition = self.scope.name
-        self.lease = Lease(self.js, self.partition, settings.lease_ttl_s, holder)
+        self.lease = Lease(self.js, self.partition, settings.lease_ttl_s, holder, reclaim)
         self.members = members  # the processes sharing partitions per job queue (members.py)
         self._handing_over = False
         self.recovered: Recovered | None = None
@@ -109,7 +112,8 @@ class Scheduler(Writer):
                 self.health.landed(self.partition)  # the lease was stored: the store writes
                 self.term = self.lease.revision
                 log.info("leading", partition=self.partition, holder=self.lease.holder,
-                         core="compiled" if core.COMPILED else "interpreted")
+                         core="compiled" if core.COMPILED else "interpreted",
+                         took_back_own_lease=self.lease.reclaimed or None)  # fmt: skip
                 if self.members is not None:
                     self.members.leading.add(self.partition)
                 try:

@@ -12,6 +12,8 @@ the simulation benches (options, simulate) need no NATS but fit here all the sam
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import subprocess
 import sys
@@ -23,9 +25,10 @@ from tests.integration.helpers import EXAMPLES, ROOT
 pytestmark = [pytest.mark.nats, pytest.mark.slow]
 
 
-def run_bench(name: str, *args: str, timeout: float = 600) -> str:
+def run_bench(name: str, *args: str, timeout: float = 600, env: dict[str, str] | None = None) -> str:
     done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / name), *args],
-                          capture_output=True, text=True, timeout=timeout, cwd=ROOT)  # fmt: skip
+                          capture_output=True, text=True, timeout=timeout, cwd=ROOT,
+                          env=None if env is None else {**os.environ, **env})  # fmt: skip
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     return done.stdout
 
@@ -50,6 +53,16 @@ def test_restart_bench_prints_the_restart_with_and_without_the_snapshot():
     out = run_bench("restart_bench.py", "--smoke")
     assert "== restart after SIGKILL" in out, out
     assert re.search(r"rebuild with the snapshot [\d.]+x faster than folding the whole log", out), out
+
+
+def test_restart_bench_with_an_instance_lock_takes_the_killed_schedulers_lease_back():
+    # a lease far longer than the run: each restart finds the killed one's lease still valid
+    out = run_bench("restart_bench.py", "--smoke", "--instance-lock", env={"QUOTASCHED_LEASE_TTL_S": "120"})
+    assert "== restart after SIGKILL" in out, out
+    assert "each restart took the killed scheduler's lease back at once" in out, out
+    log = (ROOT / "benchmarks" / "out" / "restart_bench_scheduler.log").read_text()
+    leading = [json.loads(line) for line in log.splitlines() if '"event": "leading"' in line]
+    assert [event.get("took_back_own_lease") for event in leading][-2:] == [True, True], leading
 
 
 def test_options_bench_prints_every_variant_against_the_aws_baseline_at_each_pool():
