@@ -97,3 +97,22 @@ async def test_a_killed_scheduler_restarted_with_its_lock_leads_before_its_lease
 
 async def _leading(process) -> list[dict]:
     return logged(process, "leading")
+
+
+async def test_up_takes_the_instance_lock_from_its_settings(tmp_path, nats_server):
+    """`up` (the Stack) reads QUOTASCHED_INSTANCE_LOCK: its scheduler's lease names the file's
+    token, and while it runs the same file is refused to anyone else."""
+    from quotasched.services.runtime import Stack
+    from quotasched.services.scheduler.instance import InstanceLock, InstanceLockError
+
+    path = tmp_path / "up.instance"
+    settings = Settings(nats_url=nats_server.url, lease_ttl_s=TTL, instance_lock=str(path))
+    async with Stack(settings, executor="none") as stack:
+        async with Bus(nats_server.url) as bus:
+            holder = await lease_holder(bus.js)
+        assert holder == stack.scheduler.lease.holder and stack.scheduler.lease.reclaim
+        assert path.read_text().strip() in holder
+        with pytest.raises(InstanceLockError):
+            InstanceLock(path, wait_s=0.2).acquire()
+        stack.stop.set()
+    InstanceLock(path, wait_s=0.0).acquire().release()  # released when the stack stopped
