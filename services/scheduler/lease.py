@@ -56,25 +56,24 @@ class Lease:
             except KeyWrongLastSequenceError:
                 if not self.reclaim:
                     raise
-                self.revision = await self._take_back(kv)
-                self.reclaimed = True
+                self.revision, self.reclaimed = await self._take_back(kv)
         except (KeyWrongLastSequenceError, APIError, *UNANSWERED) as error:
             self.last_error = error  # why, for the scheduler to tell a full disk apart
             return False
         self.valid_until = started + self.ttl_s * 0.75
         return True
 
-    async def _take_back(self, kv) -> int:
-        """The lease, if it names this holder (a dead predecessor's: see `reclaim`), written
-        again on the revision read; raises KeyWrongLastSequenceError if it names another
-        holder or changed since it was read."""
+    async def _take_back(self, kv) -> tuple[int, bool]:
+        """(revision, taken back?): the lease, if it names this holder (a dead predecessor's:
+        see `reclaim`), written again on the revision read; raises KeyWrongLastSequenceError
+        if it names another holder or changed since it was read."""
         try:
             entry = await kv.get(self.key)
         except NotFoundError:  # it ran out meanwhile: taken the usual way
-            return await kv.create(self.key, self.holder.encode())
+            return await kv.create(self.key, self.holder.encode()), False
         if entry.value is None or entry.value.decode(errors="replace") != self.holder:
             raise KeyWrongLastSequenceError(description="another holder leads")
-        return await kv.update(self.key, self.holder.encode(), last=entry.revision)
+        return await kv.update(self.key, self.holder.encode(), last=entry.revision), True
 
     async def renew(self) -> bool:
         if self.revision is None:
