@@ -30,7 +30,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from quotasched.services import logs
-from quotasched.services.scheduler.waits import sleep_or
+from quotasched.services.nats.waits import sleep_or
 
 log = logs.get("quotasched.storage")
 

@@ -21,6 +21,7 @@ from quotasched.events.codec import decode_command, decode_fact
 from quotasched.events.facts import CommandRejected, Fact
 from quotasched.events.subjects import FACTS_PREFIX, FACTS_STREAM, fact_subject, parse_command_subject
 from quotasched.services.config.auth import CONSUMER_SLOTS, team_consumers
+from quotasched.services.nats.waits import wait_set
 
 ALL_FACTS = f"{FACTS_PREFIX}.>"
 
@@ -247,11 +248,7 @@ class Decisions:
             remaining = deadline - loop.time()
             if not pending or remaining <= 0:
                 return pending
-            try:
-                await asyncio.wait_for(self.changed.wait(),
-                                       min(remaining, POLL_S) if partly else remaining)
-            except (asyncio.TimeoutError, TimeoutError):
-                pass
+            await wait_set(self.changed, min(remaining, POLL_S) if partly else remaining)
 
     async def _settle(self, seqs: list[int]) -> None:
         """Marks complete those of `seqs` (some of whose facts a team saw, fewer than were

@@ -50,6 +50,7 @@ from quotasched.services.executors.containers import RUNTIMES
 from quotasched.services.executors.fleet import Fleet
 from quotasched.services.executors.ledger import Entry, Ledger
 from quotasched.services.executors.process import ProcessExecutor, command_line
+from quotasched.services.nats.waits import wait_set
 
 log = logs.get("quotasched.agent")
 
@@ -372,10 +373,7 @@ class GpuAgent(ProcessExecutor):
                                       f"No host has {need} free GPUs of {self.options.capacity_unit}")
                 return None
             self.freed.clear()
-            try:
-                await asyncio.wait_for(self.freed.wait(), 0.1)
-            except (asyncio.TimeoutError, TimeoutError):
-                pass  # look at the claim again: another agent may have placed it
+            await wait_set(self.freed, 0.1)  # then look at the claim again: another agent may have placed it
 
     def _hold(self, attempt: Attempt, gpus: list[str]) -> None:
         for gpu in gpus:
@@ -535,10 +533,7 @@ class GpuAgent(ProcessExecutor):
 
     async def _beat_forever(self) -> None:
         while True:
-            try:
-                await asyncio.wait_for(self.changed.wait(), self.options.heartbeat_s)
-            except (asyncio.TimeoutError, TimeoutError):
-                pass
+            await wait_set(self.changed, self.options.heartbeat_s)
             self.changed.clear()
             try:
                 if not await self.fleet.beat(self.heartbeat()):

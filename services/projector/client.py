@@ -32,6 +32,7 @@ import nats.errors
 
 from quotasched.services.nats.bus import Unreachable, connect
 from quotasched.services.projector import API_PREFIX, APPLIED_SUBJECT
+from quotasched.services.nats.waits import wait_set
 
 
 class ProjectorError(Exception):
@@ -111,10 +112,7 @@ async def wait_for_position(nc, seq: int, timeout: float = 30.0) -> int:
             if remaining <= 0:
                 raise TimeoutError(f"the projector reached position {position}, not {seq}, "
                                    f"within {timeout:g} s")  # fmt: skip
-            try:
-                await asyncio.wait_for(reached.wait(), min(remaining, 1.0))
-            except (asyncio.TimeoutError, TimeoutError):
-                pass
+            await wait_set(reached, min(remaining, 1.0))
     finally:
         await sub.unsubscribe()
 

@@ -17,6 +17,7 @@ from nats.js.errors import NotFoundError
 from quotasched.events.subjects import FACTS_STREAM
 from quotasched.services import logs
 from quotasched.services.nats.log import ALL_FACTS, stream_seq
+from quotasched.services.nats.waits import wait_set
 
 log = logs.get("quotasched.projector")
 
@@ -79,9 +80,7 @@ class ReadingMixin:
                 if self._buffer:
                     continue
                 if self._dirty:
-                    try:
-                        await asyncio.wait_for(self._wake.wait(), options.checkpoint_idle_s)
-                    except (asyncio.TimeoutError, TimeoutError):
+                    if not await wait_set(self._wake, options.checkpoint_idle_s):
                         self._checkpoint()
                 else:
                     await self._wake.wait()
@@ -101,9 +100,7 @@ class ReadingMixin:
                 if remaining <= 0:
                     break
                 self._full.clear()
-                try:
-                    await asyncio.wait_for(self._full.wait(), remaining)
-                except (asyncio.TimeoutError, TimeoutError):
+                if not await wait_set(self._full, remaining):
                     break
             if self._stopping:
                 break

@@ -26,6 +26,7 @@ from nats.js.errors import APIError, NotFoundError
 
 from quotasched.events.subjects import LEASES_BUCKET
 from quotasched.services.scheduler.lease import UNANSWERED
+from quotasched.services.nats.waits import sleep_or
 
 PREFIX = "scheduler.member."
 
@@ -53,10 +54,7 @@ class Members:
         """Refresh every quarter of the lease TTL until `stop` (an asyncio.Event) is set."""
         while not stop.is_set():
             await self.refresh(js)
-            try:
-                await asyncio.wait_for(stop.wait(), self.ttl_s / 4)
-            except (asyncio.TimeoutError, TimeoutError):
-                pass
+            await sleep_or(stop, self.ttl_s / 4)
 
     async def refresh(self, js: JetStreamContext) -> None:
         """Announce this process, and read who else is there (quietly keeps the last view

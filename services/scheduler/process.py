@@ -21,7 +21,7 @@ from quotasched.services import logs
 from quotasched.services.scheduler.members import Members
 from quotasched.services.scheduler.partition import Partition
 from quotasched.services.scheduler.service import Scheduler
-from quotasched.services.scheduler.waits import sleep_or
+from quotasched.services.nats.waits import sleep_or
 from quotasched.services.settings import Settings
 
 EVERY_QUEUE = "*"

@@ -36,7 +36,7 @@ from quotasched.services.scheduler.members import Members
 from quotasched.services.scheduler.mode import claim_mode
 from quotasched.services.scheduler.partition import Partition
 from quotasched.services.scheduler.reads import INDEX_CHUNK, ReadIndex
-from quotasched.services.scheduler.waits import sleep_or
+from quotasched.services.nats.waits import sleep_or
 from quotasched.services.scheduler.writer import SteppedDown, Uncounted, Writer, WriterHealth
 from quotasched.services.settings import Settings
 

@@ -1,5 +1,6 @@
-"""The one way a term's loops wait: until a stop event or a timeout, and never past a
-cancellation (nats-py may swallow one; see `sleep_or`)."""
+"""The one way a loop waits for an event or a timeout, and never past a cancellation: the
+scheduler's term loops, and every service's loops that are cancelled to stop (nats-py may
+swallow a cancellation, see `sleep_or`; Python 3.11's `asyncio.wait_for` too, see `wait_set`)."""
 
 from __future__ import annotations
 
@@ -25,3 +26,13 @@ async def sleep_or(stop: asyncio.Event, seconds: float) -> None:
         waiter.cancel()
     if task is not None and task.cancelling():
         raise asyncio.CancelledError
+
+
+async def wait_set(event: asyncio.Event, seconds: float) -> bool:
+    """True when `event` is set within `seconds`, False after them; a cancellation of the
+    calling task always propagates.  `asyncio.wait_for(event.wait(), seconds)` does not in
+    Python 3.11: when the event is set in the same turn of the loop as the task is cancelled,
+    it returns as if nothing happened, and a loop that waits that way goes on forever (a GPU
+    agent did not stop within 30 s of SIGTERM: its heartbeat loop, `make test`, 2026-12-04)."""
+    await sleep_or(event, seconds)
+    return event.is_set()
