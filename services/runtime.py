@@ -13,9 +13,8 @@ import os
 import signal
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from contextlib import AsyncExitStack
-
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from quotasched.services import logs

@@ -19,12 +19,11 @@ import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
-
 from datetime import datetime, timezone
 
+from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.api import Header, ObjectInfo, ObjectMetaOptions
-from nats.aio.client import Client
 from nats.js.errors import APIError, DigestMismatchError, NotFoundError, ObjectNotFoundError
 from nats.js.kv import MSG_ROLLUP_SUBJECT
 from nats.js.object_store import (

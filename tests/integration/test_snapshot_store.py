@@ -5,7 +5,6 @@ real nats-server."""
 
 from __future__ import annotations
 
-import io
 import random
 
 import pytest
@@ -18,16 +17,11 @@ from quotasched.services.client import Bus
 from quotasched.services.nats.bus import ensure_streams
 from quotasched.services.scheduler.log import fetch_object, store_object
 from quotasched.services.settings import Settings
+from tests.integration.test_snapshot_fetch import nats_py_get
 
 pytestmark = pytest.mark.nats
 
 STREAM = f"OBJ_{SNAPSHOTS_BUCKET}"
-
-
-async def nats_py_get(store, name: str) -> bytes:
-    buffer = io.BytesIO()
-    await store.get(name, writeinto=buffer)
-    return buffer.getvalue()
 
 
 async def chunks_on(js, nuid: str) -> int:
