@@ -115,6 +115,18 @@ def events_after(process: SchedulerProcess, since: int) -> dict[str, dict]:
     return found
 
 
+async def first_snapshot(js, timeout: float = 30.0) -> None:
+    """Until a snapshot is stored (at once in a full run), or `timeout` has passed."""
+    store = await js.object_store(SNAPSHOTS_BUCKET)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            await store.get_info("main")
+            return
+        except nats.js.errors.NotFoundError:
+            await asyncio.sleep(0.1)
+
+
 async def restart(server_url: str, js, log_path: Path, label: str, last_at: float,
                   index: int) -> dict:  # fmt: skip
     """Start a scheduler and publish a probe at once; when the probe's fact is in the log,
@@ -166,6 +178,7 @@ async def main_async(args) -> int:
         process = SchedulerProcess(server.url, log_path)
         try:
             await watch_ack_floor(js, COMMANDS_STREAM, DURABLE, target, timeout=3600, interval=0.5)
+            await first_snapshot(js)  # a tiny run can be decided before its first one is stored
         finally:
             os.killpg(process.popen.pid, signal.SIGKILL)  # [2] no goodbye, no final snapshot
             process.popen.wait()

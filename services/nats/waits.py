@@ -36,3 +36,15 @@ async def wait_set(event: asyncio.Event, seconds: float) -> bool:
     agent did not stop within 30 s of SIGTERM: its heartbeat loop, `make test`, 2026-12-04)."""
     await sleep_or(event, seconds)
     return event.is_set()
+
+
+async def cancel_and_wait(task: asyncio.Task, again_s: float = 0.5) -> None:
+    """Cancel `task` and wait until it has ended, cancelling it again every `again_s` while it
+    runs on: nats-py may swallow a cancellation (in a request or a flush), after which the
+    task goes on as if never cancelled (the web view's log follower, cancelled 18 ms after it
+    started, kept `up` from stopping: `make test`, 2026-12-04).  What the task raised is
+    retrieved and dropped, as `gather(..., return_exceptions=True)` would."""
+    while not task.done():
+        task.cancel()
+        await asyncio.wait({task}, timeout=again_s)
+    await asyncio.gather(task, return_exceptions=True)

@@ -38,6 +38,7 @@ from quotasched.services import logs
 from quotasched.services.client.commands import ClientError
 from quotasched.services.endpoint.server import is_loopback
 from quotasched.services.http_guard import BindError, ConnectionGuard, bind
+from quotasched.services.nats.waits import cancel_and_wait
 from quotasched.services.settings import HttpOptions
 from quotasched.services.web import answers, render, usage
 from quotasched.services.web.follow import Follower
@@ -119,8 +120,7 @@ class WebView:
         await self.guard.close()
         self.follower.close()
         if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+            await cancel_and_wait(self._task)
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from quotasched.services.nats.waits import wait_set
+from quotasched.services.nats.waits import cancel_and_wait, wait_set
 
 
 async def _loop(wait, event: asyncio.Event, rounds: list[int]) -> None:
@@ -60,3 +60,34 @@ async def test_wait_set_says_whether_the_event_was_set_or_the_time_ran_out():
     asyncio.get_running_loop().call_later(0.01, event.set)
     assert await wait_set(event, 5) is True
     assert await wait_set(event, 0) is True  # already set: at once
+
+
+async def test_a_task_that_swallows_its_cancellation_is_cancelled_until_it_ends():
+    """As nats-py does inside a request or a flush: the first cancellation is caught and the
+    task goes on waiting.  cancel_and_wait cancels it again until it has ended."""
+    swallowed = []
+
+    async def stubborn() -> None:
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            swallowed.append(1)
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()
+        await asyncio.sleep(60)
+
+    task = asyncio.create_task(stubborn())
+    await asyncio.sleep(0.01)
+    await asyncio.wait_for(cancel_and_wait(task, again_s=0.05), 5)
+    assert task.cancelled() and swallowed == [1]
+
+
+async def test_what_the_task_raised_is_retrieved():
+    async def failing() -> None:
+        raise RuntimeError("boom")
+
+    task = asyncio.create_task(failing())
+    await asyncio.sleep(0)
+    await cancel_and_wait(task)
+    assert isinstance(task.exception(), RuntimeError)
