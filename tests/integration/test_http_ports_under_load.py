@@ -13,6 +13,7 @@ import http.client
 import json
 import os
 import resource
+import signal
 import socket
 import subprocess
 import time
@@ -177,27 +178,52 @@ def test_idle_connections_beyond_the_cap_do_not_keep_an_honest_request_out(stack
 
 
 def test_a_second_concurrent_job_search_is_told_to_come_back(stack):
+    """The NATS server `up` started is paused (SIGSTOP) while the first search runs, so the
+    first cannot end before the second arrives, however fast the log is to read."""
     _, _, web = stack
     host, port = address(web)
     request = (f"GET /api/job?id=no-such-job HTTP/1.1\r\nHost: {host}:{port}\r\n"
                "Connection: close\r\n\r\n").encode()  # fmt: skip
+    nats_server = nats_server_of(stack)
     first, second = (socket.create_connection((host, port)) for _ in range(2))
     try:
-        first.sendall(request)
-        second.sendall(request)  # before the first search has read the log: it needs NATS
-        statuses = []
-        for sock in (first, second):
-            sock.settimeout(30)
-            answer = b""
-            while chunk := sock.recv(65536):
-                answer += chunk
-            statuses.append((int(answer.split(b" ", 2)[1]), answer))
+        os.kill(nats_server, signal.SIGSTOP)
+        try:
+            first.sendall(request)
+            time.sleep(0.5)  # the first search is waiting on the paused server
+            second.sendall(request)
+            refused = read_all(second)
+        finally:
+            os.kill(nats_server, signal.SIGCONT)
+        answered = read_all(first)
     finally:
         first.close()
         second.close()
-    assert sorted(status for status, _ in statuses) == [200, 429], statuses
-    refused = next(answer for status, answer in statuses if status == 429)
+    assert refused.split(b" ", 2)[1] == b"429", refused
     assert b"Retry-After: 2" in refused
+    assert answered.split(b" ", 2)[1] == b"200", answered
+
+
+def read_all(sock: socket.socket) -> bytes:
+    sock.settimeout(30)
+    answer = b""
+    while chunk := sock.recv(65536):
+        answer += chunk
+    return answer
+
+
+def nats_server_of(stack) -> int:
+    """The pid of the nats-server listening on the stack's NATS port."""
+    port = address(stack[0])[1]
+    found = subprocess.run(["pgrep", "-f", "nats-server"], capture_output=True, text=True)
+    for pid in map(int, found.stdout.split()):
+        try:
+            args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except FileNotFoundError:
+            continue
+        if str(port).encode() in args or any(a.endswith(b":%d" % port) for a in args):
+            return pid
+    pytest.fail(f"no nats-server process found for port {port}")
 
 
 def test_a_page_on_another_origin_cannot_drive_the_endpoint(stack):

@@ -35,7 +35,8 @@ from tests.reliability.test_executor_preemption_order import (
     _submit,
     check_preemption_order,
 )
-from tests.reliability.test_executor_restart import facts_where, ledger_entries, pid_of
+from tests.reliability.test_executor_restart import (facts_where, ledger_emptied, ledger_entries,
+                                                    pid_of)
 
 pytestmark = [pytest.mark.nats, pytest.mark.slow]
 
@@ -100,7 +101,7 @@ async def test_a_kill_after_the_ledger_record_and_before_the_go_never_runs_the_c
         assert (1, "FAILED", NEVER_RAN) in changes or \
             (1, "RUNNABLE", NEVER_RAN) in changes, changes  # fmt: skip (a retry follows)
         assert runs.read_text().split() == ["2"], "the command ran other than once, as attempt 2"
-        assert ledger_entries(tmp_path) == []
+        await ledger_emptied(tmp_path)
 
 
 async def test_a_kill_after_the_go_and_before_running_keeps_the_exit_status(
@@ -131,7 +132,7 @@ async def test_a_kill_after_the_go_and_before_running_keeps_the_exit_status(
         assert await statuses(bus, "coded") == [
             (1, "STARTING", None), (1, "RUNNING", None), (1, "FAILED", "Process exited with code 3")]
         assert runs.read_text().split() == ["run"] and pidfile.read_text().strip() == str(pid)
-        assert ledger_entries(tmp_path) == []
+        await ledger_emptied(tmp_path)
 
 
 async def test_a_kill_in_the_middle_of_a_preemptions_stop_never_starts_the_preemptor_early(
