@@ -2,20 +2,25 @@
 
 An ordered consumer (ephemeral, flow-controlled, resumes by itself after a gap) is the fastest
 way to read a stream in order with nats-py; the stream sequence is read from the reply subject
-when it has the plain v1 form, from the metadata otherwise.
+when it has the plain v1 form, from the metadata otherwise.  Bulk readers (recovery, a
+projection's catch-up) read a bounded range the same way but below nats-py's message path
+(`read_log_chunks`, `BulkRead`).
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
+from contextlib import suppress
 from typing import Any, TypeVar
 
 from nats.js import JetStreamContext
-from nats.js.api import ConsumerConfig, DeliverPolicy
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from quotasched.events.subjects import COMMANDS_PREFIX, COMMANDS_STREAM, FACTS_STREAM
+from quotasched.services.nats import natsfix
 from quotasched.services.nats.bus import last_sequence
+from quotasched.services.nats.waits import wait_set
 
 ALL_FACTS = "qm.fact.>"
 T = TypeVar("T")
@@ -70,51 +75,166 @@ async def read_log(js: JetStreamContext, subject: str = ALL_FACTS, start_seq: in
         yield stream_seq(msg), msg.data, msg.subject
 
 
-def seq_and_data(seq: int, msg) -> tuple[int, bytes]:
-    return seq, msg.data
+def seq_and_data(seq: int, headers: bytes | None, data: bytes) -> tuple[int, bytes]:
+    return seq, data
+
+
+def header_value(headers: bytes | None, name: bytes) -> bytes | None:
+    """The value of header `name` in a raw NATS header block (`NATS/1.0\r\nName: value\r\n
+    ...`), stripped; None when absent.  For headers the reader's own writer set."""
+    if not headers:
+        return None
+    start = headers.find(b"\r\n" + name + b":")
+    if start < 0:
+        return None
+    start += len(name) + 3
+    return headers[start:headers.index(b"\r\n", start)].strip()
 
 
 async def read_log_chunks(js: JetStreamContext, subject: str = ALL_FACTS, start_seq: int = 1,
                           until_seq: int | None = None, chunk_size: int = 20_000,
-                          keep: Callable[[int, Any], T] = seq_and_data,
+                          keep: Callable[[int, bytes | None, bytes], T] = seq_and_data,
                           stream: str = FACTS_STREAM) -> AsyncIterator[list[T]]:  # fmt: skip
     """The log from `start_seq` to its end as of the call (or `until_seq`), in order, as
-    lists of up to `chunk_size` items, `keep(stream seq, message)` each ((stream seq, payload)
-    unless told): for bulk readers (a projection rebuild, recovery) that handle many facts at
-    once.  The subscription's callback appends to a list, so no queue put/get or generator
-    step is paid per message (read_log's cost)."""
+    lists of up to `chunk_size` items, `keep(stream seq, raw header block, payload)` each
+    ((stream seq, payload) unless told): for bulk readers (a projection rebuild, recovery)
+    that handle many facts at once.  Read through a consumer of its own, below nats-py's
+    message path (`BulkRead`): 4.1 µs a fact against 9.4 µs through an ordered consumer's
+    callback (200k facts with four headers each, 2026-12-05, this 2-core machine)."""
     end = until_seq if until_seq is not None else await last_sequence(js, subject, stream)
     if end < start_seq:
         return
-    pending: list[T] = []
-    ready = asyncio.Event()
-    finished = False
-
-    async def deliver(msg) -> None:
-        nonlocal finished
-        seq = stream_seq(msg)
-        if finished or seq > end:
-            return
-        pending.append(keep(seq, msg))
-        if seq >= end:
-            finished = True
-            ready.set()
-        elif len(pending) >= chunk_size:
-            ready.set()
-
-    sub = await _ordered(js, subject, start_seq, deliver, stream)
+    read = BulkRead(js, stream, subject, end, chunk_size, keep)
     try:
-        while True:
-            await ready.wait()
-            ready.clear()
-            arrived = pending.copy()
-            pending.clear()
-            for start in range(0, len(arrived), chunk_size):  # more may arrive than asked
-                yield arrived[start:start + chunk_size]
-            if finished:  # nothing is appended after the end
-                return
+        await read.start(start_seq)
+        while chunk := await read.next_chunk():
+            yield chunk
     finally:
-        await sub.unsubscribe()
+        await read.stop()
+
+
+class LogReadStalled(RuntimeError):
+    """A bulk read got no message, heartbeat or flow control for STALLED_S, RESETS times."""
+
+
+class BulkRead:
+    """One bounded read of a stream in order, as an ordered consumer reads it (ephemeral,
+    server-named, memory-stored, flow-controlled push consumer with idle heartbeats, made again
+    from the next sequence after a gap or a silence), but each message handed to `keep` where
+    nats-py's parser finds it (`natsfix.raw_subscribe`).  Flow control is answered as soon as
+    its request is read: every message before it has been kept by then."""
+
+    HEARTBEAT_S = 5.0
+    STALLED_S = 3 * HEARTBEAT_S  # nothing at all for this long: make the consumer again
+    RESETS = 5  # ... at most this many times in a row
+
+    def __init__(self, js: JetStreamContext, stream: str, subject: str, end: int, chunk_size: int,
+                 keep: Callable[[int, bytes | None, bytes], Any]):  # fmt: skip
+        self.js, self.nc = js, js._nc
+        self.stream, self.subject, self.end = stream, subject, end
+        self.chunk_size, self.keep = chunk_size, keep
+        self.pending: list = []
+        self.ready = asyncio.Event()
+        self.next_seq = 0  # the first stream sequence not yet kept
+        self.delivered = 0  # the consumer's sequence of the last message kept
+        self.finished = False
+        self.reset = False  # a gap or a status that ends the consumer: make it again
+        self.sub = None
+        self.replies: set[asyncio.Task] = set()
+
+    async def start(self, start_seq: int) -> None:
+        self.next_seq, self.delivered, self.reset = start_seq, 0, False
+        inbox = self.nc.new_inbox()
+        self.sub = await natsfix.raw_subscribe(self.nc, inbox, self._on_frame)
+        config = ConsumerConfig(deliver_subject=inbox, opt_start_seq=start_seq,
+                                deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
+                                ack_policy=AckPolicy.NONE, max_deliver=1,
+                                flow_control=True, idle_heartbeat=self.HEARTBEAT_S,
+                                mem_storage=True, num_replicas=1,
+                                filter_subject=None if self.subject == ">" else self.subject)  # fmt: skip
+        await self.js.add_consumer(self.stream, config)
+
+    async def stop(self) -> None:
+        """Unsubscribe; the server removes the ephemeral consumer once it has no interest."""
+        sub, self.sub = self.sub, None
+        if sub is not None:
+            with suppress(Exception):  # a closed connection: nothing to unsubscribe
+                await sub.unsubscribe()
+        for task in list(self.replies):
+            task.cancel()
+
+    async def next_chunk(self) -> list:
+        """Up to chunk_size kept items, in order; [] after the end."""
+        stalls = 0
+        while len(self.pending) < self.chunk_size and not self.finished:
+            if self.reset:
+                await self.stop()
+                await self.start(self.next_seq)
+                continue  # what arrived meanwhile may be all that was wanted
+            self.ready.clear()
+            before = self.delivered
+            if await wait_set(self.ready, self.STALLED_S) or self.delivered != before:
+                stalls = 0
+                continue
+            stalls += 1
+            if stalls > self.RESETS:
+                raise LogReadStalled(f"reading {self.stream} ({self.subject}) from sequence "
+                                     f"{self.next_seq}: nothing arrived in "
+                                     f"{self.STALLED_S * stalls:g} s")  # fmt: skip
+            self.reset = True
+        chunk, self.pending = self.pending[:self.chunk_size], self.pending[self.chunk_size:]
+        return chunk
+
+    def _on_frame(self, reply: bytes, headers: bytes | None, data: bytes) -> None:
+        if self.reset or self.finished:
+            return  # what the old consumer still sends after a gap, or after the end
+        if reply.startswith(b"$JS.ACK."):
+            tokens = reply.split(b".")
+            if len(tokens) == 9:
+                seq, delivered = int(tokens[5]), int(tokens[6])
+            else:  # v2: $JS.ACK.<domain>.<account>.<stream>.<consumer>.<n>.<sseq>.<dseq>...
+                seq, delivered = int(tokens[7]), int(tokens[8])
+            if delivered != self.delivered + 1:  # lost on the way: start over after the last kept
+                self.reset = True
+                self.ready.set()
+                return
+            self.delivered = delivered
+            if seq <= self.end:
+                self.pending.append(self.keep(seq, headers, data))
+                self.next_seq = seq + 1
+            if seq >= self.end:
+                self.finished = True
+                self.ready.set()
+            elif len(self.pending) >= self.chunk_size:
+                self.ready.set()
+            return
+        self._on_status(reply, headers or b"")
+
+    def _on_status(self, reply: bytes, headers: bytes) -> None:
+        """Flow control (answered at once), heartbeats (a stalled consumer is answered), and
+        anything else the server says about the consumer (made again)."""
+        if headers.startswith(b"NATS/1.0 100"):
+            stalled = header_value(headers, b"Nats-Consumer-Stalled")
+            answer = reply or stalled
+            if answer:
+                task = asyncio.get_running_loop().create_task(self.nc.publish(answer.decode()))
+                self.replies.add(task)
+                task.add_done_callback(self._answered)
+            last = header_value(headers, b"Nats-Last-Consumer")  # a heartbeat says what it sent
+            if last is not None and int(last) > self.delivered:  # lost at the end: start over
+                self.reset = True
+            self.ready.set()  # alive: not a stall
+            return
+        self.reset = True  # 409 consumer deleted, leadership changed, ...
+        self.ready.set()
+
+    def _answered(self, task: asyncio.Task) -> None:
+        """A flow control answer that could not be sent leaves the consumer waiting for it:
+        make it again (a closed connection ends the read where it waits)."""
+        self.replies.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            self.reset = True
+            self.ready.set()
 
 
 async def _ordered(js: JetStreamContext, subject: str, start_seq: int, deliver, stream: str):

@@ -38,7 +38,7 @@ from nats.nuid import NUID
 from quotasched.events.codec import decode_fact, encode_bytes
 from quotasched.events.subjects import ANY, COMMANDS_PREFIX, COMMANDS_STREAM, FACTS_STREAM, SNAPSHOTS_BUCKET
 from quotasched.services.nats.bus import last_sequence
-from quotasched.services.nats.log import read_log_chunks, read_messages, sequence_and_time
+from quotasched.services.nats.log import header_value, read_log_chunks, read_messages, sequence_and_time
 from quotasched.services.scheduler.core import State, evolve
 from quotasched.services.scheduler.core.state import JOBS_AT
 from quotasched.services.scheduler.partition import Partition
@@ -150,10 +150,10 @@ def collector_paused() -> Iterator[None]:
 FOLD_CHUNK = 16_384
 
 
-def _seq_data_count(seq: int, msg) -> tuple[int, bytes, int]:
+def _seq_data_count(seq: int, headers: bytes | None, data: bytes) -> tuple[int, bytes, int]:
     """A fact message as recovery folds it: stream seq, payload, and how many facts its
     command produced (`Qm-Facts`)."""
-    return seq, msg.data, int((msg.headers or {}).get("Qm-Facts", "1"))
+    return seq, data, int(header_value(headers, b"Qm-Facts") or 1)
 
 
 def _fold_command(recovered: Recovered, fleet: FleetCommands | None, group: list) -> None:

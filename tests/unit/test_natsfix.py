@@ -36,6 +36,7 @@ def test_installed_by_the_bus_module():
     import quotasched.services.nats.bus  # noqa: F401  (installs it)
 
     assert Client._parse_header_lines is natsfix.parse_header_lines
+    assert Client._process_msg is natsfix._process_msg  # raw subscriptions (test_bulk_read.py)
 
 
 # -- the writer's frames: exactly what nats-py's publish would send, or nats-py does it --------
