@@ -10,6 +10,7 @@ projection's catch-up) read a bounded range the same way but below nats-py's mes
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import suppress
 from typing import Any, TypeVar
@@ -19,6 +20,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from quotasched.events.subjects import COMMANDS_PREFIX, COMMANDS_STREAM, FACTS_STREAM
 from quotasched.services.nats import natsfix
+from quotasched.services.nats.natsfix import header_value
 from quotasched.services.nats.bus import last_sequence
 from quotasched.services.nats.waits import wait_set
 
@@ -79,18 +81,6 @@ def seq_and_data(seq: int, headers: bytes | None, data: bytes) -> tuple[int, byt
     return seq, data
 
 
-def header_value(headers: bytes | None, name: bytes) -> bytes | None:
-    """The value of header `name` in a raw NATS header block (`NATS/1.0\r\nName: value\r\n
-    ...`), stripped; None when absent.  For headers the reader's own writer set."""
-    if not headers:
-        return None
-    start = headers.find(b"\r\n" + name + b":")
-    if start < 0:
-        return None
-    start += len(name) + 3
-    return headers[start:headers.index(b"\r\n", start)].strip()
-
-
 async def read_log_chunks(js: JetStreamContext, subject: str = ALL_FACTS, start_seq: int = 1,
                           until_seq: int | None = None, chunk_size: int = 20_000,
                           keep: Callable[[int, bytes | None, bytes], T] = seq_and_data,
@@ -114,7 +104,7 @@ async def read_log_chunks(js: JetStreamContext, subject: str = ALL_FACTS, start_
 
 
 class LogReadStalled(RuntimeError):
-    """A bulk read got no message, heartbeat or flow control for STALLED_S, RESETS times."""
+    """A bulk read kept no message for STALLED_S, RESETS + 1 times in a row."""
 
 
 class BulkRead:
@@ -140,7 +130,7 @@ class BulkRead:
         self.finished = False
         self.reset = False  # a gap or a status that ends the consumer: make it again
         self.sub = None
-        self.replies: set[asyncio.Task] = set()
+        self.answers = natsfix.ControlAnswers(self.nc, self._unanswered)
 
     async def start(self, start_seq: int) -> None:
         self.next_seq, self.delivered, self.reset = start_seq, 0, False
@@ -160,32 +150,34 @@ class BulkRead:
         if sub is not None:
             with suppress(Exception):  # a closed connection: nothing to unsubscribe
                 await sub.unsubscribe()
-        for task in list(self.replies):
-            task.cancel()
+        self.answers.cancel()
 
     async def next_chunk(self) -> list:
-        """Up to chunk_size kept items, in order; [] after the end."""
-        stalls = 0
+        """Up to chunk_size kept items, in order; [] after the end.  A consumer that keeps
+        nothing for STALLED_S (heartbeats alone are no progress: a flow control answer lost
+        leaves the consumer stalled but beating) is made again, RESETS times in a row at most."""
+        last_seq, since, stalls = self.next_seq, time.monotonic(), 0
         while len(self.pending) < self.chunk_size and not self.finished:
             if self.reset:
                 await self.stop()
                 await self.start(self.next_seq)
                 continue  # what arrived meanwhile may be all that was wanted
             self.ready.clear()
-            before = self.delivered
-            if await wait_set(self.ready, self.STALLED_S) or self.delivered != before:
-                stalls = 0
-                continue
-            stalls += 1
-            if stalls > self.RESETS:
-                raise LogReadStalled(f"reading {self.stream} ({self.subject}) from sequence "
-                                     f"{self.next_seq}: nothing arrived in "
-                                     f"{self.STALLED_S * stalls:g} s")  # fmt: skip
-            self.reset = True
+            await wait_set(self.ready, self.STALLED_S)
+            now = time.monotonic()
+            if self.next_seq != last_seq:
+                last_seq, since, stalls = self.next_seq, now, 0
+            elif now - since >= self.STALLED_S and not (self.reset or self.finished):
+                stalls += 1
+                if stalls > self.RESETS:
+                    raise LogReadStalled(f"reading {self.stream} ({self.subject}) from sequence "
+                                         f"{self.next_seq}: no message arrived in "
+                                         f"{self.STALLED_S * stalls:g} s")  # fmt: skip
+                self.reset, since = True, now
         chunk, self.pending = self.pending[:self.chunk_size], self.pending[self.chunk_size:]
         return chunk
 
-    def _on_frame(self, reply: bytes, headers: bytes | None, data: bytes) -> None:
+    def _on_frame(self, subject: bytes, reply: bytes, headers: bytes | None, data: bytes) -> None:
         if self.reset or self.finished:
             return  # what the old consumer still sends after a gap, or after the end
         if reply.startswith(b"$JS.ACK."):
@@ -211,30 +203,22 @@ class BulkRead:
         self._on_status(reply, headers or b"")
 
     def _on_status(self, reply: bytes, headers: bytes) -> None:
-        """Flow control (answered at once), heartbeats (a stalled consumer is answered), and
-        anything else the server says about the consumer (made again)."""
-        if headers.startswith(b"NATS/1.0 100"):
-            stalled = header_value(headers, b"Nats-Consumer-Stalled")
-            answer = reply or stalled
-            if answer:
-                task = asyncio.get_running_loop().create_task(self.nc.publish(answer.decode()))
-                self.replies.add(task)
-                task.add_done_callback(self._answered)
+        """Flow control and heartbeats are answered (`ControlAnswers`); a heartbeat that
+        says more was sent than arrived, or any other status (409 consumer deleted,
+        leadership changed, ...), makes the consumer again."""
+        if self.answers.alive(reply, headers):
             last = header_value(headers, b"Nats-Last-Consumer")  # a heartbeat says what it sent
             if last is not None and int(last) > self.delivered:  # lost at the end: start over
                 self.reset = True
-            self.ready.set()  # alive: not a stall
-            return
-        self.reset = True  # 409 consumer deleted, leadership changed, ...
+        else:
+            self.reset = True
         self.ready.set()
 
-    def _answered(self, task: asyncio.Task) -> None:
+    def _unanswered(self) -> None:
         """A flow control answer that could not be sent leaves the consumer waiting for it:
         make it again (a closed connection ends the read where it waits)."""
-        self.replies.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            self.reset = True
-            self.ready.set()
+        self.reset = True
+        self.ready.set()
 
 
 async def _ordered(js: JetStreamContext, subject: str, start_seq: int, deliver, stream: str):

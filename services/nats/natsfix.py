@@ -29,6 +29,7 @@ against nats-py's own on generated subjects, headers and payloads.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 
 from nats.aio.client import _HEADER_KEY_RE, _SUBJECT_INVALID_RE, Client
@@ -152,8 +153,8 @@ async def publish_all(nc: Client, messages: list[tuple[str, str, dict[str, str],
 
 
 # Subscriptions whose messages bypass nats-py's message path (`raw_subscribe`): the handler gets
-# the frame's reply subject, header block (None without headers) and payload, synchronously.
-RawHandler = Callable[[bytes, "bytes | None", bytes], None]
+# the frame's subject, reply subject, header block (None without headers) and payload, at once.
+RawHandler = Callable[[bytes, bytes, "bytes | None", bytes], None]
 ORIGINAL_PROCESS_MSG = Client._process_msg
 
 
@@ -166,17 +167,61 @@ async def _process_msg(self: Client, sid: int, subject: bytes, reply: bytes, dat
         return
     self.stats["in_msgs"] += 1
     self.stats["in_bytes"] += len(data)
-    handler(reply, headers, data)
+    handler(subject, reply, headers, data)
 
 
 async def raw_subscribe(nc: Client, subject: str, handler: RawHandler) -> Subscription:
-    """A subscription whose messages go to `handler(reply, header block, payload)` as they
+    """A subscription whose messages go to `handler(subject, reply, header block, payload)` as they
     are parsed, without nats-py's Msg, header parsing, pending queue and callback task (about
     5 µs a message, more than half of reading a fact: services/nats/log.py).  The handler runs
     on nats-py's read loop, so it must not block; unsubscribe as usual."""
     sub = await nc.subscribe(subject)
     sub.raw_handler = handler
     return sub
+
+
+def header_value(headers: bytes | None, name: bytes) -> bytes | None:
+    """The value of header `name` in a raw NATS header block (`NATS/1.0\r\nName: value\r\n
+    ...`), stripped; None when absent.  For headers the reader's own writer set."""
+    if not headers:
+        return None
+    start = headers.find(b"\r\n" + name + b":")
+    if start < 0:
+        return None
+    start += len(name) + 3
+    return headers[start:headers.index(b"\r\n", start)].strip()
+
+
+class ControlAnswers:
+    """What a raw handler (which cannot await) owes a push consumer: an empty message to a
+    flow control request's reply, and to the subject a heartbeat names as stalled
+    (`Nats-Consumer-Stalled`), each sent by a task of its own; `unanswered()` is called when
+    one could not be sent."""
+
+    def __init__(self, nc: Client, unanswered: Callable[[], None]):
+        self.nc, self.unanswered = nc, unanswered
+        self.tasks: set[asyncio.Task] = set()
+
+    def alive(self, reply: bytes, headers: bytes) -> bool:
+        """Answer a status frame if it is flow control or a heartbeat (status 100: the consumer
+        is alive); False for any other status."""
+        if not headers.startswith(b"NATS/1.0 100"):
+            return False
+        answer = reply or header_value(headers, b"Nats-Consumer-Stalled")
+        if answer:
+            task = asyncio.get_running_loop().create_task(self.nc.publish(answer.decode()))
+            self.tasks.add(task)
+            task.add_done_callback(self._sent)
+        return True
+
+    def _sent(self, task: asyncio.Task) -> None:
+        self.tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            self.unanswered()
+
+    def cancel(self) -> None:
+        for task in list(self.tasks):
+            task.cancel()
 
 
 def install() -> None:

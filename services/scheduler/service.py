@@ -20,12 +20,14 @@ import time
 from typing import Any
 
 from nats.aio.client import Client
+from nats.aio.msg import Msg
 from nats.errors import Error as NatsError
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import APIError, KeyWrongLastSequenceError, NotFoundError
 
 from quotasched.events.subjects import API_PREFIX, COMMANDS_STREAM, FACTS_STREAM, parse_api_subject
 from quotasched.services import logs
+from quotasched.services.nats import natsfix
 from quotasched.services.nats.bus import DISK_FULL, FactAppender, ensure_streams, refusal_cause
 from quotasched.services.scheduler import core
 from quotasched.services.scheduler.api import JobPage, answer_in
@@ -213,10 +215,24 @@ class Scheduler(Writer):
         return recovered
 
     async def _subscribe_commands(self, recovered: Recovered, inbox: asyncio.Queue):
-        """This term's command consumer, delivering into `inbox`."""
+        """This term's command consumer, delivering into `inbox`: a durable push consumer with
+        flow control and heartbeats, read below nats-py's message path (`natsfix.raw_subscribe`:
+        each command costs a plain `Msg` of subject, reply and payload, without its headers,
+        which the scheduler never reads; about 5 µs less a command than nats-py's callback
+        path).  Flow control is answered as soon as it is read: the commands before it are in
+        `inbox` by then, and `max_ack_pending` bounds how many wait there."""
+        nc = self.nc
+        answers = natsfix.ControlAnswers(nc, lambda: log.warning(
+            "a flow control answer to the command consumer could not be sent",
+            partition=self.partition))  # fmt: skip
 
-        async def deliver(msg) -> None:
-            inbox.put_nowait(msg)
+        def deliver(subject: bytes, reply: bytes, headers: bytes | None, data: bytes) -> None:
+            if reply.startswith(b"$JS.ACK."):
+                inbox.put_nowait(Msg(_client=nc, subject=subject.decode(), reply=reply.decode(),
+                                     data=data))  # fmt: skip
+            elif not answers.alive(reply, headers or b""):
+                log.warning("the command consumer sent a status", partition=self.partition,
+                            status=(headers or b"").split(b"\r\n", 1)[0].decode(errors="replace"))
 
         # A fresh consumer each term, starting at the last command the log records (only its
         # clock is taken again): commands a previous leader received but never recorded are
@@ -226,17 +242,20 @@ class Scheduler(Writer):
             await self.js.delete_consumer(COMMANDS_STREAM, durable)
         except NotFoundError:
             pass
+        sub = await natsfix.raw_subscribe(nc, nc.new_inbox(), deliver)
         consumer = ConsumerConfig(
             durable_name=durable, deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
             opt_start_seq=max(recovered.decided_through, 1), ack_policy=AckPolicy.ALL,
             ack_wait=30.0, max_ack_pending=self.settings.max_ack_pending,
-            filter_subjects=self.scope.command_filters,
+            filter_subjects=self.scope.command_filters, deliver_subject=sub.subject,
+            flow_control=True, idle_heartbeat=5.0,
         )  # fmt: skip
-        return await self.js.subscribe(
-            self.scope.command_filters[0], cb=deliver, durable=durable, config=consumer,
-            stream=COMMANDS_STREAM, manual_ack=True, flow_control=True, idle_heartbeat=5.0,
-            pending_msgs_limit=self.settings.max_ack_pending * 2,
-        )  # fmt: skip
+        try:
+            await self.js.add_consumer(COMMANDS_STREAM, consumer)
+        except BaseException:
+            await sub.unsubscribe()
+            raise
+        return sub
 
     def known_queues(self) -> set[str]:
         """The job queues this instance's state holds: the state it leads with, or the one it

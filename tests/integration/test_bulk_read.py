@@ -67,11 +67,11 @@ def dropping(monkeypatch, should_drop) -> list[bytes]:
     dropped: list[bytes] = []
     original = BulkRead._on_frame
 
-    def on_frame(self, reply, headers, data):
+    def on_frame(self, subject, reply, headers, data):
         if should_drop(reply, headers, data):
             dropped.append(reply)
             return
-        original(self, reply, headers, data)
+        original(self, subject, reply, headers, data)
 
     monkeypatch.setattr(BulkRead, "_on_frame", on_frame)
     return dropped
@@ -96,9 +96,11 @@ async def test_the_same_messages_and_headers_as_nats_py_reads(js):
     assert await read_all(js, start=seqs[-1] + 1) == []
 
 
-async def test_a_slow_reader_answers_flow_control_and_gets_everything(js):
+async def test_a_slow_reader_answers_flow_control_and_gets_everything(js, monkeypatch):
     """16 MiB read in chunks with a pause after each: the server waits for flow control
-    answers meanwhile (an unanswered one would stall the read, and LogReadStalled it)."""
+    answers meanwhile; one unanswered would stall the read, and with no reset allowed that
+    ends it (LogReadStalled)."""
+    monkeypatch.setattr(BulkRead, "RESETS", 0)
     seqs = await fill(js, 4_000, size=4_000)
     got = []
     async for chunk in read_log_chunks(js, "bulk.>", 1, chunk_size=250, keep=keep_all,
