@@ -34,6 +34,7 @@ from collections.abc import Callable
 
 from nats.aio.client import _HEADER_KEY_RE, _SUBJECT_INVALID_RE, Client
 from nats.aio.subscription import Subscription
+from nats.protocol.parser import AWAITING_CONTROL_LINE, AWAITING_MSG_PAYLOAD, Parser
 
 _CRLF = b"\r\n"
 ORIGINAL = Client._parse_header_lines
@@ -224,6 +225,91 @@ class ControlAnswers:
             task.cancel()
 
 
+ORIGINAL_PARSE = Parser.parse
+
+
+async def parse(self: Parser, data: bytes = b"") -> None:
+    """nats-py's `Parser.parse`, with the frames that carry messages (`MSG`, `HMSG`) read by
+    splitting their control line on single spaces instead of trying two regular expressions
+    on it, a frame whose payload has arrived dispatched without a detour through the
+    parser's state, and a raw subscription's handler called without `_process_msg`'s
+    coroutine.  The frames of a fact log: 2.1 µs a fact instead of 2.4 µs to parse; a bulk
+    read 4.6 µs a fact instead of 4.9 µs (200k facts, 2026-12-05, this 2-core machine).
+    The rest is the interpreter's work per frame.  Any other line (PING, PONG, INFO, +OK, -ERR), or a
+    message line in another form than nats-server writes (tabs, runs of spaces, a size that
+    is not digits), goes to nats-py's own parse with the rest of the buffer, which leaves the
+    parser as it would have: tests/unit/test_natsfix.py compares the two on generated
+    streams cut at every kind of boundary."""
+    buf = self.buf
+    buf.extend(data)
+    while buf:
+        if self.state == AWAITING_MSG_PAYLOAD:
+            needed = self.needed
+            if len(buf) < needed + 2:
+                return
+            header_needed, arg = self.header_needed, self.msg_arg
+            if header_needed > 0:
+                headers = bytes(buf[:header_needed])
+                payload = bytes(buf[header_needed:needed])
+                self.header_needed = 0
+            else:
+                headers, payload = None, bytes(buf[:needed])
+            del buf[:needed + 2]
+            self.state = AWAITING_CONTROL_LINE
+            await self.nc._process_msg(arg["sid"], arg["subject"], arg["reply"], payload, headers)
+            buf = self.buf  # a reconnect meanwhile gives the parser a new buffer
+            continue
+        first = buf[0]
+        head = 5 if first == 72 and buf.startswith(b"HMSG ") else (
+            4 if first == 77 and buf.startswith(b"MSG ") else 0)  # fmt: skip
+        end = buf.find(b"\r\n") if head else -1
+        if end < 0:
+            if not head:
+                await ORIGINAL_PARSE(self)
+            return  # the rest of the line is on its way (nats-py waits the same)
+        line = buf[head:end]
+        args = line.split(b" ")
+        count = len(args)
+        if not (3 + (head == 5) <= count <= 4 + (head == 5)) or line.split() != args \
+                or not args[-1].isdigit() or (head == 5 and not args[-2].isdigit()):
+            await ORIGINAL_PARSE(self)
+            return
+        try:
+            sid = int(args[1])
+        except ValueError:
+            await ORIGINAL_PARSE(self)  # "nats: malformed MSG", as nats-py says it
+            return
+        subject = args[0]
+        reply = args[2] if count == 4 + (head == 5) else b""
+        needed = int(args[-1])
+        header_needed = int(args[-2]) if head == 5 else 0
+        start = end + 2
+        if len(buf) < start + needed + 2:  # the payload is on its way
+            self.msg_arg["subject"], self.msg_arg["sid"], self.msg_arg["reply"] = subject, sid, reply
+            self.needed = needed
+            if head == 5:
+                self.header_needed = header_needed
+            del buf[:start]
+            self.state = AWAITING_MSG_PAYLOAD
+            return
+        if header_needed > 0:
+            headers = bytes(buf[start:start + header_needed])
+            payload = bytes(buf[start + header_needed:start + needed])
+        else:
+            headers, payload = None, bytes(buf[start:start + needed])
+        del buf[:start + needed + 2]
+        client = self.nc
+        handler = getattr(client._subs.get(sid), "raw_handler", None)
+        if handler is not None:  # `_process_msg` without its coroutine
+            client.stats["in_msgs"] += 1
+            client.stats["in_bytes"] += len(payload)
+            handler(subject, reply, headers, payload)
+        else:
+            await client._process_msg(sid, subject, reply, payload, headers)
+        buf = self.buf
+
+
 def install() -> None:
     Client._parse_header_lines = staticmethod(parse_header_lines)
     Client._process_msg = _process_msg
+    Parser.parse = parse
