@@ -28,7 +28,7 @@ from quotasched.events.subjects import FACTS_STREAM
 from quotasched.projections.rebuild import Spool
 from quotasched.services import logs
 from quotasched.services.projector.reading import ends_command, place_in_command
-from quotasched.services.nats.log import ALL_FACTS, read_log_chunks
+from quotasched.services.nats.log import ALL_FACTS, LogReadStalled, read_log_chunks
 
 log = logs.get("quotasched.projector")
 
@@ -75,6 +75,10 @@ class BulkMixin:
                 spool.close()
             except (projections.SpoolFailed, OSError) as failure:  # e.g. a full disk
                 log.warning("bulk catch-up cannot spool the backlog; going on batch by batch",
+                            position=self.position, error=str(failure))  # fmt: skip
+                return
+            except LogReadStalled as failure:  # the server gave nothing for a long while
+                log.warning("bulk catch-up could not read the log; going on batch by batch",
                             position=self.position, error=str(failure))  # fmt: skip
                 return
             read = time.perf_counter()

@@ -29,6 +29,8 @@ from quotasched.events.subjects import API_PREFIX, COMMANDS_STREAM, FACTS_STREAM
 from quotasched.services import logs
 from quotasched.services.nats import natsfix
 from quotasched.services.nats.bus import DISK_FULL, FactAppender, ensure_streams, refusal_cause
+from quotasched.services.nats.log import LogReadStalled
+from quotasched.services.nats.waits import sleep_or
 from quotasched.services.scheduler import core
 from quotasched.services.scheduler.api import JobPage, answer_in
 from quotasched.services.scheduler.core.timers import earliest_due
@@ -38,7 +40,6 @@ from quotasched.services.scheduler.members import Members
 from quotasched.services.scheduler.mode import claim_mode
 from quotasched.services.scheduler.partition import Partition
 from quotasched.services.scheduler.reads import INDEX_CHUNK, ReadIndex
-from quotasched.services.nats.waits import sleep_or
 from quotasched.services.scheduler.writer import SteppedDown, Uncounted, Writer, WriterHealth
 from quotasched.services.settings import Settings
 
@@ -102,7 +103,8 @@ class Scheduler(Writer):
             except Exception as error:  # the log unreadable for now: start over, later
                 # the bus's own hiccups (a timeout, a closed connection while a server
                 # restarts) in one line; anything else with its traceback
-                transient = isinstance(error, (NatsError, asyncio.TimeoutError, OSError))
+                transient = isinstance(error, (NatsError, asyncio.TimeoutError, OSError,
+                                               LogReadStalled))  # fmt: skip
                 log.error("could not follow the log", partition=self.partition,
                           error=repr(error), exc_info=not transient)  # fmt: skip
                 self._warm = None

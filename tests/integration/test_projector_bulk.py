@@ -151,7 +151,6 @@ async def test_a_backlog_that_cannot_be_spooled_is_caught_up_batch_by_batch(
         nats_server, tmp_path, monkeypatch):  # fmt: skip
     """In process, to fill the disk on purpose: the bulk phase gives up, nothing is lost."""
     from quotasched.projections import rebuild
-    from quotasched.services.projector.service import Projector, ProjectorOptions
 
     tried = []
 
@@ -159,12 +158,36 @@ async def test_a_backlog_that_cannot_be_spooled_is_caught_up_batch_by_batch(
         tried.append(len(chunk))
         raise OSError(28, "No space left on device")
 
-    payloads = workload_payloads(seed=8, count=300)
-    db = tmp_path / "full.duckdb"
+    monkeypatch.setattr(rebuild.Spool, "_add", disk_full)
+    await caught_up_batch_by_batch(nats_server, tmp_path, 8, "a backlog that could not be spooled")
+    assert tried, "the bulk phase did not start"
+
+
+async def test_a_backlog_whose_read_stalls_is_caught_up_batch_by_batch(
+        nats_server, tmp_path, monkeypatch):  # fmt: skip
+    """The bulk read gets nothing (every frame lost on the way, each remade consumer too,
+    until LogReadStalled): the bulk phase gives up, the projector goes on batch by batch and
+    loses nothing."""
+    from quotasched.services.nats.log import BulkRead
+
+    lost = []
+    monkeypatch.setattr(BulkRead, "_on_frame", lambda self, *frame: lost.append(frame))
+    monkeypatch.setattr(BulkRead, "HEARTBEAT_S", 0.2)
+    monkeypatch.setattr(BulkRead, "STALLED_S", 0.6)
+    monkeypatch.setattr(BulkRead, "RESETS", 1)
+    await caught_up_batch_by_batch(nats_server, tmp_path, 9, "a backlog whose read stalled")
+    assert lost, "the bulk phase did not start"
+
+
+async def caught_up_batch_by_batch(nats_server, tmp_path, seed: int, what: str) -> None:
+    """A projector in process, started on a backlog of 300 commands' facts, catches up batch
+    by batch (its bulk phase made to give up by the caller) to the same tables as a rebuild."""
+    from quotasched.services.projector.service import Projector, ProjectorOptions
+
+    db = tmp_path / "caught-up.duckdb"
     async with Bus(nats_server.url) as bus:
         await ensure_streams(bus.js, Settings(lease_ttl_s=3.0))
-        last = (await publish_facts(bus.js, payloads))[-1]
-        monkeypatch.setattr(rebuild.Spool, "_add", disk_full)
+        last = (await publish_facts(bus.js, workload_payloads(seed=seed, count=300)))[-1]
         projector = Projector(bus.nc, str(db), ProjectorOptions(bulk_catch_up=100, max_batch=200))
         stop = asyncio.Event()
         running = asyncio.create_task(projector.run(stop))
@@ -172,9 +195,8 @@ async def test_a_backlog_that_cannot_be_spooled_is_caught_up_batch_by_batch(
                          30, what="caught up")  # fmt: skip
         stop.set()
         await running
-        assert tried, "the bulk phase did not start"
         assert projector.position == last and projector.batches > 1  # batch by batch
-        assert not (tmp_path / "full.duckdb.catch-up").exists()
+        assert not (tmp_path / "caught-up.duckdb.catch-up").exists()
         await write_fact_file(bus.js, tmp_path / "facts.jsonl")
     expected = rebuilt_checksums(tmp_path / "facts.jsonl", tmp_path / "rebuilt.duckdb")
-    assert_same_tables(file_checksums(db)[1], expected[1], "a backlog that could not be spooled")
+    assert_same_tables(file_checksums(db)[1], expected[1], what)
