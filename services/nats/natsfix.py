@@ -176,6 +176,8 @@ async def raw_subscribe(nc: Client, subject: str, handler: RawHandler) -> Subscr
     are parsed, without nats-py's Msg, header parsing, pending queue and callback task (about
     5 µs a message, more than half of reading a fact: services/nats/log.py).  The handler runs
     on nats-py's read loop, so it must not block; unsubscribe as usual."""
+    if Client._process_msg is not _process_msg:  # the handler would never be called
+        install()
     sub = await nc.subscribe(subject)
     sub.raw_handler = handler
     return sub
