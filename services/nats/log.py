@@ -89,7 +89,7 @@ async def read_log_chunks(js: JetStreamContext, subject: str = ALL_FACTS, start_
     lists of up to `chunk_size` items, `keep(stream seq, raw header block, payload)` each
     ((stream seq, payload) unless told): for bulk readers (a projection rebuild, recovery)
     that handle many facts at once.  Read through a consumer of its own, below nats-py's
-    message path (`BulkRead`): 4.1 µs a fact against 9.4 µs through an ordered consumer's
+    message path (`BulkRead`): 4.6 µs a fact against 9.7 µs through an ordered consumer's
     callback (200k facts with four headers each, 2026-12-05, this 2-core machine)."""
     end = until_seq if until_seq is not None else await last_sequence(js, subject, stream)
     if end < start_seq:
@@ -115,7 +115,7 @@ class BulkRead:
     its request is read: every message before it has been kept by then."""
 
     HEARTBEAT_S = 5.0
-    STALLED_S = 3 * HEARTBEAT_S  # nothing at all for this long: make the consumer again
+    STALLED_S = 3 * HEARTBEAT_S  # no message kept for this long: make the consumer again
     RESETS = 5  # ... at most this many times in a row
 
     def __init__(self, js: JetStreamContext, stream: str, subject: str, end: int, chunk_size: int,
