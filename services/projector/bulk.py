@@ -4,7 +4,7 @@ A projector that starts far behind the log (a fresh file on an existing log, a f
 after a schema change, a projector that was down for a while) would apply the backlog in
 batches of `max_batch` facts, each paying lookups over a file that grows with every batch.
 When the backlog is at least `bulk_catch_up` facts, `BulkMixin` instead reads it up to the
-last fact of a whole command (`services.scheduler.log.read_log_chunks`), spools it beside the
+last fact of a whole command (`services.nats.log.read_log_chunks`), spools it beside the
 file (in the directory `<db>.catch-up/`) and projects it with `projections.rebuild.Spool`: one
 transaction per run of consecutive sequences, the statements of a file rebuild.  Then the
 projector follows the log from its new position as usual.

@@ -1,4 +1,4 @@
-"""Snapshots are fetched with direct gets (log.fetch_object), not with nats-py's object-store
+"""Snapshots are fetched with direct gets (objects.fetch_object), not with nats-py's object-store
 reader: the bytes, the checks and the errors must be nats-py's own.  nats-py's
 `ObjectStore.get` reads every object here too, as the independent reference."""
 
@@ -16,9 +16,10 @@ from nats.js.object_store import OBJ_META_PRE_TEMPLATE
 
 from quotasched.events.subjects import SNAPSHOTS_BUCKET
 from quotasched.services.client import Bus
+from quotasched.services.nats import objects
 from quotasched.services.nats.bus import ensure_streams
-from quotasched.services.scheduler import log as scheduler_log
-from quotasched.services.scheduler.log import fetch_object, load_snapshot
+from quotasched.services.nats.objects import fetch_object
+from quotasched.services.scheduler.log import load_snapshot
 from quotasched.services.settings import Settings
 
 pytestmark = pytest.mark.nats
@@ -103,7 +104,7 @@ async def test_an_object_replaced_while_it_is_read_is_read_again_whole(nats_serv
         monkeypatch.setattr(bus.js, "get_msg", replaced_after_the_first_chunk)
         assert (await fetch_object(bus.js, SNAPSHOTS_BUCKET, "main")).getvalue() == new
         assert len(set(reads)) == 2  # the old revision's chunks, then the new one's
-        assert scheduler_log.FETCH_TRIES >= 2
+        assert objects.FETCH_TRIES >= 2
 
 
 async def test_an_object_whose_chunk_was_replaced_is_refused(nats_server):

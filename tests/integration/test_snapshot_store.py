@@ -1,4 +1,4 @@
-"""Snapshots are stored with pipelined chunks (log.store_object), not with nats-py's
+"""Snapshots are stored with pipelined chunks (objects.store_object), not with nats-py's
 `ObjectStore.put`: what lands must be what nats-py would have stored.  nats-py's own reader
 (`ObjectStore.get`, `get_info`) checks every object here, as the independent reference, on a
 real nats-server."""
@@ -15,7 +15,7 @@ from nats.js.object_store import OBJ_CHUNKS_PRE_TEMPLATE
 from quotasched.events.subjects import SNAPSHOTS_BUCKET
 from quotasched.services.client import Bus
 from quotasched.services.nats.bus import ensure_streams
-from quotasched.services.scheduler.log import fetch_object, store_object
+from quotasched.services.nats.objects import fetch_object, store_object
 from quotasched.services.settings import Settings
 from tests.integration.test_snapshot_fetch import nats_py_get
 
