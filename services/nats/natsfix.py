@@ -159,16 +159,23 @@ RawHandler = Callable[[bytes, bytes, "bytes | None", bytes], None]
 ORIGINAL_PROCESS_MSG = Client._process_msg
 
 
+def _handed_raw(client: Client, sid: int, subject: bytes, reply: bytes, data: bytes,
+                headers: bytes | None) -> bool:  # fmt: skip
+    """Hand a message to its subscription's raw handler, if it has one (counted as nats-py
+    counts a message in); False when it has none."""
+    handler = getattr(client._subs.get(sid), "raw_handler", None)
+    if handler is None:
+        return False
+    client.stats["in_msgs"] += 1
+    client.stats["in_bytes"] += len(data)
+    handler(subject, reply, headers, data)
+    return True
+
+
 async def _process_msg(self: Client, sid: int, subject: bytes, reply: bytes, data: bytes,
                        headers: bytes | None) -> None:  # fmt: skip
-    sub = self._subs.get(sid)
-    handler = getattr(sub, "raw_handler", None)
-    if handler is None:
+    if not _handed_raw(self, sid, subject, reply, data, headers):
         await ORIGINAL_PROCESS_MSG(self, sid, subject, reply, data, headers)
-        return
-    self.stats["in_msgs"] += 1
-    self.stats["in_bytes"] += len(data)
-    handler(subject, reply, headers, data)
 
 
 async def raw_subscribe(nc: Client, subject: str, handler: RawHandler) -> Subscription:
@@ -258,7 +265,9 @@ async def parse(self: Parser, data: bytes = b"") -> None:
                 headers, payload = None, bytes(buf[:needed])
             del buf[:needed + 2]
             self.state = AWAITING_CONTROL_LINE
-            await self.nc._process_msg(arg["sid"], arg["subject"], arg["reply"], payload, headers)
+            sid, subject, reply = arg["sid"], arg["subject"], arg["reply"]
+            if not _handed_raw(self.nc, sid, subject, reply, payload, headers):  # no coroutine
+                await self.nc._process_msg(sid, subject, reply, payload, headers)
             buf = self.buf  # a reconnect meanwhile gives the parser a new buffer
             continue
         first = buf[0]
@@ -300,14 +309,8 @@ async def parse(self: Parser, data: bytes = b"") -> None:
         else:
             headers, payload = None, bytes(buf[start:start + needed])
         del buf[:start + needed + 2]
-        client = self.nc
-        handler = getattr(client._subs.get(sid), "raw_handler", None)
-        if handler is not None:  # `_process_msg` without its coroutine
-            client.stats["in_msgs"] += 1
-            client.stats["in_bytes"] += len(payload)
-            handler(subject, reply, headers, payload)
-        else:
-            await client._process_msg(sid, subject, reply, payload, headers)
+        if not _handed_raw(self.nc, sid, subject, reply, payload, headers):  # no coroutine
+            await self.nc._process_msg(sid, subject, reply, payload, headers)
         buf = self.buf
 
 

@@ -77,6 +77,19 @@ def dropping(monkeypatch, should_drop) -> list[bytes]:
     return dropped
 
 
+def first_delivery_of(seq: int):
+    """For `dropping`: the first delivery of stream sequence `seq` (a v1 ack subject), only."""
+    pending = {seq}
+
+    def should_drop(reply: bytes, _headers, _data) -> bool:
+        if reply.startswith(b"$JS.ACK.") and int(reply.split(b".")[5]) in pending:
+            pending.clear()
+            return True
+        return False
+
+    return should_drop
+
+
 def quick_heartbeats(monkeypatch, heartbeat_s: float = 0.5) -> None:
     monkeypatch.setattr(BulkRead, "HEARTBEAT_S", heartbeat_s)
     monkeypatch.setattr(BulkRead, "STALLED_S", 3 * heartbeat_s)
@@ -112,9 +125,7 @@ async def test_a_slow_reader_answers_flow_control_and_gets_everything(js, monkey
 
 async def test_a_lost_message_makes_the_consumer_again_after_the_last_kept(js, monkeypatch):
     seqs = await fill(js, 1_500)
-    lost = {seqs[700]}
-    dropped = dropping(monkeypatch, lambda reply, _h, _d: reply.startswith(b"$JS.ACK.") and int(
-        reply.split(b".")[5]) in lost and not lost.clear())  # fmt: skip (once)
+    dropped = dropping(monkeypatch, first_delivery_of(seqs[700]))
     read = await read_all(js)
     assert len(dropped) == 1
     assert [seq for seq, _, _ in read] == seqs
@@ -126,9 +137,7 @@ async def test_a_lost_last_message_is_noticed_from_the_heartbeat(js, monkeypatch
     quick_heartbeats(monkeypatch)
     monkeypatch.setattr(BulkRead, "RESETS", 0)  # a stall would raise: the heartbeat must do
     seqs = await fill(js, 300)
-    lost = {seqs[-1]}
-    dropped = dropping(monkeypatch, lambda reply, _h, _d: reply.startswith(b"$JS.ACK.") and int(
-        reply.split(b".")[5]) in lost and not lost.clear())  # fmt: skip
+    dropped = dropping(monkeypatch, first_delivery_of(seqs[-1]))
     assert [seq for seq, _, _ in await read_all(js)] == seqs
     assert len(dropped) == 1
 
