@@ -6,7 +6,12 @@
 Options: --seconds S (per phase), --rate R (the honest team's submissions/s), --backlog N
 (jobs queued in qs3, for the reads to chew on), --readers K (NATS readers), --endpoint-readers
 E, --slow-sockets C, --reconnect-delay D (s), --header-timeout T (s: QUOTASCHED_HTTP_HEADER_TIMEOUT_S
-for `up`; default the server's own), --keep.
+for `up`; default the server's own), --direct, --keep.
+
+The teams publish where `quotasched auth generate` lets a team publish: the admission gate's
+subjects, `qm.in.q.<share>.SubmitServiceJob` (services/gate; `up` runs a gate).  `--direct`
+publishes straight into the command stream instead (`qm.cmd...`), as anyone may where the server
+has no per-role credentials: how the service fared before the gate.
 
 The real stack, as an operator starts it: `quotasched up --data-dir DIR --port N --aws-port M
 --executor simulated` (embedded nats-server, scheduler, projector, simulated executor and the
@@ -20,7 +25,7 @@ written here: one job queue `q` with three quota shares, all RESERVE:
 
 Two phases of equal length on the same stack:
 
-1. honest alone: qs1 submits at a paced R/s over NATS (`qm.cmd.q.qs1.SubmitServiceJob`); each
+1. honest alone: qs1 submits at a paced R/s over NATS (`qm.in.q.qs1.SubmitServiceJob`); each
    job's latency is the time from the publish call to the arrival of its first decision fact
    (JobSubmitted, or CommandRejected) on an ordered consumer of qs1's facts;
 2. the same honest load while the flooding tenant, in a process of its own (its work must not
@@ -103,11 +108,14 @@ def config_yaml(max_queued: int, max_per_second: int) -> str:
     )  # fmt: skip
 
 
-def submission(share: str, job_id: str, duration_s: float) -> tuple[str, bytes]:
+def submission(share: str, job_id: str, duration_s: float, gate: bool = False) -> tuple[str, bytes]:
+    """A submission and its subject: the gate's (`gate`, where a team's credentials allow it
+    to publish) or the command stream's (set-up, as the admin)."""
     body = {"kind": "SubmitServiceJob", "jobId": job_id, "jobName": job_id, "jobQueue": QUEUE,
             "quotaShareName": share, "capacityUsage": [{"capacityUnit": UNIT, "quantity": 1}],
             "tags": {"duration": f"{duration_s:g}"}}  # fmt: skip
-    return f"qm.cmd.{QUEUE}.{share}.SubmitServiceJob", json.dumps(body, separators=(",", ":")).encode()
+    prefix = "qm.in" if gate else "qm.cmd"
+    return f"{prefix}.{QUEUE}.{share}.SubmitServiceJob", json.dumps(body, separators=(",", ":")).encode()
 
 
 def backlog_name(index: int) -> str:
@@ -176,11 +184,11 @@ class Stack:
 # -- the honest team ---------------------------------------------------------------------------
 
 
-def honest_items(count: int, phase: str) -> list[tuple[str, bytes, str]]:
+def honest_items(count: int, phase: str, gate: bool) -> list[tuple[str, bytes, str]]:
     items = []
     for index in range(count):
         job_id = f"h-{phase}-{index:06d}"
-        items.append((*submission(HONEST, job_id, 1.0), job_id))
+        items.append((*submission(HONEST, job_id, 1.0, gate), job_id))
     return items
 
 
@@ -236,23 +244,31 @@ def hardest_requests() -> list[dict]:
     ]  # fmt: skip
 
 
-async def flood_volume(js, stop: asyncio.Event, seen: Counter) -> None:
-    """qs2 submissions as fast as the bus acknowledges them, 1000 PubAcks in flight at most."""
+def outcome(future) -> str:
+    """What became of one flooding publish: stored, refused at the gate, or refused otherwise."""
+    error = future.exception()
+    if error is None:
+        return "published"
+    return "refused at the gate" if getattr(error, "err_code", None) == 429 else "publish errors"
+
+
+async def flood_volume(js, stop: asyncio.Event, seen: Counter, gate: bool) -> None:
+    """qs2 submissions as fast as the bus answers them, 1000 answers awaited at most."""
     futures: list = []
     index = 0
     while not stop.is_set():
-        subject, payload = submission(FLOOD, f"f-{index:08d}", 1.0)
+        subject, payload = submission(FLOOD, f"f-{index:08d}", 1.0, gate)
         index += 1
         futures.append(await js.publish_async(subject, payload))
         if len(futures) >= 1000:
             done, _ = await asyncio.wait(futures, timeout=30)
             for future in done:
-                seen["published" if future.exception() is None else "publish errors"] += 1
+                seen[outcome(future)] += 1
             seen["publish timeouts"] += len(futures) - len(done)
             futures = []
     done, _ = await asyncio.wait(futures, timeout=30) if futures else (set(), set())
     for future in done:
-        seen["published" if future.exception() is None else "publish errors"] += 1
+        seen[outcome(future)] += 1
 
 
 async def nats_reader(nc, stop: asyncio.Event, seconds: list[float], errors: Counter) -> None:
@@ -358,7 +374,7 @@ async def flood(args) -> None:
     nats_s, endpoint_s = [], []
     nats_errors, endpoint_errors = Counter(), Counter()
     tasks = [asyncio.create_task(flood_volume(volume_nc.jetstream(publish_async_max_pending=2000),
-                                              stop, seen))]  # fmt: skip
+                                              stop, seen, not args.direct))]  # fmt: skip
     tasks += [asyncio.create_task(nats_reader(nc, stop, nats_s, nats_errors)) for nc in readers]
     tasks += [asyncio.create_task(endpoint_reader(args.endpoint, stop, endpoint_s, endpoint_errors))
               for _ in range(args.endpoint_readers)]  # fmt: skip
@@ -449,7 +465,7 @@ async def run_phases(args, stack: Stack, began: float) -> int:
                              pending_msgs_limit=200_000)  # fmt: skip
     await asyncio.sleep(0.5)
     count, warmup = int(args.rate * args.seconds), int(args.rate * 0.5)
-    quiet_items = honest_items(count, "quiet")
+    quiet_items = honest_items(count, "quiet", not args.direct)
     probe = Probe(stack.endpoint, backlog_name(0))  # a job that exists throughout
     probe.thread.start()
     quiet = await paced(js, quiet_items, args.rate, warmup, decided, "honest alone", drain_s=60)
@@ -457,12 +473,12 @@ async def run_phases(args, stack: Stack, began: float) -> int:
         [sys.executable, __file__, "--flood", stack.url, "--endpoint", stack.endpoint,
          "--seconds", str(args.seconds + 1.0), "--readers", str(args.readers),
          "--endpoint-readers", str(args.endpoint_readers), "--slow-sockets", str(args.slow_sockets),
-         "--reconnect-delay", str(args.reconnect_delay)],
+         "--reconnect-delay", str(args.reconnect_delay), *(["--direct"] if args.direct else [])],
         stdout=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
     flood_end = time.perf_counter() + args.seconds + 1.0
     await asyncio.sleep(1.0)  # the flood at full strength first
     probe.phase = "flood"
-    flooded_items = honest_items(count, "flooded")
+    flooded_items = honest_items(count, "flooded", not args.direct)
     flooded = await paced(js, flooded_items, args.rate, warmup, decided, "beside the flood",
                           drain_s=900)  # every honest job's latency, however late  # fmt: skip
     probe.phase = "after"
@@ -507,9 +523,11 @@ def report(args, quiet, flooded, seen, accepted, refused, unnamed, probe: Probe)
               f"undecided, {latency.achieved_rate:.0f}/s sent)")  # fmt: skip
     print(f"p99 ratio (flood / alone): {f99 / q99:.2f}")
     volume = seen.get("volume", {})
-    print(f"flooding submissions: {volume.get('published', 0)} published "
-          f"({volume.get('publish errors', 0)} refused by the bus, {volume.get('publish timeouts', 0)} "
-          f"unacknowledged); {accepted} accepted; refused {sum(refused.values())} "
+    print(f"teams publish: {'straight into the command stream (--direct)' if args.direct else 'through the admission gate'}")
+    print(f"flooding submissions: {volume.get('published', 0)} stored, "
+          f"{volume.get('refused at the gate', 0)} refused at the gate, "
+          f"{volume.get('publish errors', 0)} refused by the bus, {volume.get('publish timeouts', 0)} "
+          f"unacknowledged; of those stored {accepted} accepted, refused {sum(refused.values())} "
           f"({', '.join(f'{n} naming {name}' for name, n in refused.items()) or 'none'})")  # fmt: skip
     for text in unnamed:
         print(f"  a refusal naming no limit: {text}")
@@ -547,6 +565,8 @@ def main() -> int:
     parser.add_argument("--flood-max-queued", type=int, default=200, help="qs2's maxQueuedJobs")
     parser.add_argument("--flood-max-per-second", type=int, default=20,
                         help="qs2's maxSubmissionsPerSecond")
+    parser.add_argument("--direct", action="store_true",
+                        help="teams publish straight into the command stream, not through the gate")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
     parser.add_argument("--flood", metavar="NATS_URL", help=argparse.SUPPRESS)  # the flooder
     parser.add_argument("--endpoint", help=argparse.SUPPRESS)

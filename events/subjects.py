@@ -2,6 +2,8 @@
 
 Commands:  qm.cmd.<jobQueue>.<quotaShare>.<Kind>
 Facts:     qm.fact.<jobQueue>.<quotaShare>.<Kind>
+Gate:      qm.in.<jobQueue>.<quotaShare>.<Kind> (a team's job commands, through the admission
+           gate, services/gate: within its share's limits, forwarded to qm.cmd unchanged)
 API:       qm.api.<jobQueue>.<verb>, or qm.api.~.<verb> (request/reply, answered by the
            leading scheduler); a team asks on qm.api.<jobQueue>.<quotaShare>.<verb>, the only
            read subject its credentials allow, and is shown the payload and tags of its own
@@ -27,6 +29,8 @@ FLEET_BUCKET = "QM_FLEET"  # the GPU agents' heartbeats, placements and capacity
 COMMANDS_PREFIX = "qm.cmd"
 FACTS_PREFIX = "qm.fact"
 API_PREFIX = "qm.api"
+GATE_PREFIX = "qm.in"
+GATE_PING = f"{GATE_PREFIX}.ping"  # every open gate answers it (how `up` knows one is)
 ANY = "~"
 
 JOB_ID_COMMANDS = frozenset({"UpdateServiceJob", "TerminateServiceJob", "ReportJobStatus"})
@@ -55,6 +59,16 @@ def subject_for_command(command: Any, route: tuple[str, str] | None = None) -> s
     if kind in ("CreateQuotaShare", "UpdateQuotaShare", "DeleteQuotaShare", "SetQuotaShareOptions"):
         share = command.quota_share_name
     return command_subject(kind, queue, share)
+
+
+GATED_COMMANDS = ("SubmitServiceJob", "UpdateServiceJob", "TerminateServiceJob")
+"""The commands a team sends: through the gate (`gate_subject`), which bounds each share's rate
+before anything reaches the command stream (issue 29)."""
+
+
+def gate_subject(subject: str) -> str:
+    """Where a team's command for `subject` (`qm.cmd.<queue>.<share>.<Kind>`) enters the gate."""
+    return GATE_PREFIX + subject[len(COMMANDS_PREFIX):]
 
 
 def parse_command_subject(subject: str) -> tuple[str | None, str | None, str]:

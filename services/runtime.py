@@ -80,7 +80,8 @@ class Stack:
                  executor_job_queue: str | None = None,
                  data_lock: DataDirLock | None = None,
                  aws_port: int | None = None, agent=None,
-                 web_port: int | None = None, stop_jobs: bool = False):  # fmt: skip
+                 web_port: int | None = None, stop_jobs: bool = False,
+                 gate: bool = False):  # fmt: skip
         """`projector_db`: run a projector writing that DuckDB file.  If it stops on a fact it
         cannot apply, the rest of the stack runs on (the projection is disposable; the
         scheduler does not depend on it) and `failed` holds the error, unless
@@ -91,7 +92,9 @@ class Stack:
         live web view (services/web) likewise.  `agent`: the
         GPU agent's options (services/executors/agent.py), with executor "agent".
         `stop_jobs`: stopping the stack stops the running attempts and reports them FAILED
-        (by default the executors that can leave them running for the next start to follow)."""
+        (by default the executors that can leave them running for the next start to follow).
+        `gate`: run the admission gate (services/gate) as a child process, open before the
+        stack is ready."""
         self.settings = settings
         self.port = port
         self.executor_kind = executor
@@ -103,6 +106,7 @@ class Stack:
         self.speed = speed
         self.stop_jobs = stop_jobs
         self.with_scheduler = scheduler
+        self.with_gate = gate
         self.url = settings.nats_url
         self.server: EmbeddedServer | None = None
         self.scheduler: Scheduler | None = None
@@ -135,6 +139,10 @@ class Stack:
         nc = self._nc = await connect(self.url, "quotasched-scheduler")
         self._exit.push_async_callback(nc.close)
         await ensure_streams(nc.jetstream(), self.settings)
+        if self.with_gate:  # its own process, starting while the scheduler does
+            from quotasched.services.gate.process import GateProcess
+
+            self._exit.push_async_callback(GateProcess(self.url).start().stop)
         if self.with_scheduler:
             holder = None
             if self.settings.instance_lock:  # QUOTASCHED_INSTANCE_LOCK (scheduler/instance.py)
@@ -184,6 +192,11 @@ class Stack:
             await self._start_endpoint()
         if self.web_port is not None:
             await self._start_web()
+        if self.with_gate:
+            from quotasched.services.gate.process import gate_ready
+
+            if not await gate_ready(nc):
+                log.warning("the admission gate is not open yet; teams' commands wait for it")
         return self
 
     def _run_jobs_as(self, executor) -> None:
@@ -373,7 +386,7 @@ async def serve(settings: Settings, *, port: int | None, executor: str, speed: f
     async with Stack(settings, port=port, executor=executor, speed=speed,
                      projector_db=projector_db, executor_state_dir=settings.data_dir,
                      data_lock=data_lock, aws_port=aws_port, agent=agent,
-                     web_port=web_port, stop_jobs=stop_jobs) as stack:  # fmt: skip
+                     web_port=web_port, stop_jobs=stop_jobs, gate=True) as stack:  # fmt: skip
         stop_on_signals(stack.stop)  # before the announcement: a SIGTERM after it stops cleanly
         announce(stack.url)
         if stack.endpoint is not None:

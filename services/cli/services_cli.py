@@ -1,4 +1,4 @@
-"""The service commands of `quotasched`: `up`, `scheduler`, `executor` and `projector`.
+"""The service commands of `quotasched`: `up`, `scheduler`, `executor`, `projector` and `gate`.
 
 Each one runs long-lived processes against NATS (an embedded server for `up`); this module owns
 their options (the shared `--nats-url` and `--metrics-port`), the `Settings` they build and the
@@ -18,11 +18,13 @@ from quotasched.events.base import NAME_PATTERN, NAME_RULE
 
 
 def register(app: typer.Typer) -> None:
-    """Add `up`, `scheduler`, `executor` and `projector` to the `quotasched` app, in that order."""
+    """Add `up`, `scheduler`, `executor`, `projector` and `gate` to the `quotasched` app, in that
+    order."""
     app.command()(up)
     app.command()(scheduler)
     app.command("executor")(executor_command)
     app.command("projector")(projector_command)
+    app.command("gate")(gate_command)
 
 
 UP_EXECUTORS = ("simulated", "process", "sagemaker", "agent", "none")  # `up --executor`
@@ -498,3 +500,37 @@ def projector_command(
     if failed is not None:
         typer.echo(f"quotasched projector: {failed}", err=True)
         raise typer.Exit(1 if isinstance(failed, ProjectorHalted) else 2)
+
+
+def gate_command(nats_url: NatsUrl = None) -> None:
+    """Run an admission gate: teams' job commands (qm.in.<queue>.<share>.<Kind>) go on to the
+    command stream within their share's limits; the rest are answered with the limit they
+    passed, and never stored.
+
+    Run one or more beside the scheduler (they share the work, in one queue group); `up` runs
+    one itself.  The limits are the shares' admission options, read from the fact log.
+
+    Exit status: 0 stopped by a signal; 2 NATS unreachable.
+    """
+    import asyncio
+
+    from quotasched.services import logs
+    from quotasched.services.gate.service import serve
+    from quotasched.services.nats.bus import Unreachable
+    from quotasched.services.runtime import stop_on_signals
+
+    if nats_url is None:
+        typer.echo("quotasched gate: --nats-url (or QUOTASCHED_NATS_URL) is required", err=True)
+        raise typer.Exit(2)
+    logs.configure()
+
+    async def run() -> None:
+        stop = asyncio.Event()
+        stop_on_signals(stop)
+        await serve(nats_url, stop)
+
+    try:
+        asyncio.run(run())
+    except Unreachable as error:
+        typer.echo(f"quotasched gate: {error}", err=True)
+        raise typer.Exit(2) from None

@@ -125,10 +125,12 @@ async def publish(bus, command: dict[str, Any], route: tuple | None = None,
     """Publishes (`decisions`: following its facts from before, `services.client.Bus.publish`)."""
     from nats.js.errors import NoStreamResponseError, NotFoundError
 
-    from quotasched.services.client import ClientError
+    from quotasched.services.client import ClientError, GateRefused
 
     try:
         return await bus.publish(command, route, decisions)
+    except GateRefused as error:  # over its share's limits: nothing stored
+        raise Failure(f"quotasched: refused at the admission gate: {error}", EXIT_REFUSED) from None
     except ClientError as error:  # a pipeline's credentials could not follow its facts
         raise Failure(f"quotasched: {error}", EXIT_USAGE) from None
     except (NoStreamResponseError, NotFoundError):

@@ -4,13 +4,14 @@
 
 Public names: `Bus` (the async core: publish a command, wait for its decision, ask read
 questions), `AsyncTrainingQueue` / `AsyncTrainingQueuedJob` (the async API),
-`TrainingQueue` / `TrainingQueuedJob` (the same on a private event loop), and `ClientError`
-(a command the scheduler refused).  They live in `queues` (the SDK's face), with `commands`
+`TrainingQueue` / `TrainingQueuedJob` (the same on a private event loop), `ClientError`
+(a command the scheduler refused) and `GateRefused` (a `ClientError`: refused by the admission
+gate, before the command stream).  They live in `queues` (the SDK's face), with `commands`
 (commands in, decisions out), `reads` (routing read requests, retries while no leader answers,
 merging a fan-out) and `loop` (the sync API's event loop) beside it.
 """
 
-from quotasched.services.client.commands import ClientError
+from quotasched.services.client.commands import ClientError, GateRefused
 from quotasched.services.client.queues import (
     AsyncTrainingQueue,
     AsyncTrainingQueuedJob,
@@ -19,5 +20,5 @@ from quotasched.services.client.queues import (
     TrainingQueuedJob,
 )
 
-__all__ = ["AsyncTrainingQueue", "AsyncTrainingQueuedJob", "Bus", "ClientError", "TrainingQueue",
-           "TrainingQueuedJob"]  # fmt: skip
+__all__ = ["AsyncTrainingQueue", "AsyncTrainingQueuedJob", "Bus", "ClientError", "GateRefused",
+           "TrainingQueue", "TrainingQueuedJob"]  # fmt: skip

@@ -30,6 +30,16 @@ class ClientError(Exception):
     """The scheduler refused a command or a request (AWS's ClientException)."""
 
 
+class GateRefused(ClientError):
+    """The admission gate (services/gate) refused a command before the command stream: over its
+    share's limits (`throttled`: AWS's TooManyRequestsException, to be sent again later), or
+    not a job command of one share.  Nothing of it was stored."""
+
+    def __init__(self, reason: str, throttled: bool):
+        super().__init__(reason)
+        self.throttled = throttled
+
+
 def as_command(command: Any):
     if isinstance(command, (str, bytes)):
         data = command.encode() if isinstance(command, str) else command

@@ -31,9 +31,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from quotasched.events.facts import Fact
-from quotasched.events.subjects import ANY, COMMANDS_STREAM, subject_for_command
+from quotasched.events.subjects import ANY, COMMANDS_STREAM, GATED_COMMANDS, gate_subject, subject_for_command
 from quotasched.services.nats.bus import connect
-from quotasched.services.client.commands import ClientError, Decisions, as_command, raise_if_rejected
+from quotasched.services.client.commands import (
+    ClientError,
+    Decisions,
+    GateRefused,
+    as_command,
+    raise_if_rejected,
+)
 from quotasched.services.client.loop import _Loop
 from quotasched.services.client.reads import HANDOVER_WAIT_S, RESPONDER_WAIT_S, ask, merge, queue_of  # noqa: F401
 
@@ -124,7 +130,34 @@ class Bus:
         subject = subject_for_command(command, route)
         if decisions is not None:
             await decisions.follow(subject)
+        if command.kind in GATED_COMMANDS:
+            return await self._through_gate(subject, data)
         ack = await self.js.publish(subject, data, stream=COMMANDS_STREAM)
+        return ack.seq
+
+    async def _through_gate(self, subject: str, data: bytes) -> int:
+        """A team's job command goes through the admission gate (`qm.in.<queue>.<share>.<Kind>`),
+        which forwards it to `subject` within the share's limits; the acknowledgement is the
+        stream's own.  Where no gate runs (a scheduler started alone), straight to `subject`,
+        as far as this connection's credentials allow (a team's do not)."""
+        from nats.js.errors import APIError, NoStreamResponseError
+
+        from quotasched.services.client.commands import team_role
+        from quotasched.services.gate.limits import GATE_ERROR_CODES, THROTTLED
+
+        try:
+            ack = await self.js.publish(gate_subject(subject), data, stream=COMMANDS_STREAM)
+        except NoStreamResponseError:  # no gate: nothing was stored
+            if team_role(self.nc) is not None:
+                raise ClientError(f"no admission gate answered on {gate_subject(subject)}: a "
+                                  "team's commands pass through one (`quotasched gate`, or "
+                                  "`quotasched up`, which runs one); nothing was stored") from None
+            ack = await self.js.publish(subject, data, stream=COMMANDS_STREAM)
+        except APIError as error:
+            if error.err_code in GATE_ERROR_CODES:
+                raise GateRefused(error.description or "refused at the gate",
+                                  error.err_code == THROTTLED) from None  # fmt: skip
+            raise
         return ack.seq
 
     async def submit_and_wait(self, command: Any, route: tuple[str, str] | None = None,

@@ -15,8 +15,11 @@ only as a bcrypt hash), and one credentials file per role (the password itself).
   agent                  an executor that also keeps a GPU fleet: the QM_FLEET bucket (its
                          stream, keys and watchers), UpdateServiceEnvironment,
                          describe-service-environments; nothing of any other bucket
+  gate                   the admission gate: takes the teams' job commands and forwards
+                         those within their share's limits to the command stream
   pipeline-<q>-<share>   publishes SubmitServiceJob, UpdateServiceJob and TerminateServiceJob
-                         on its own share's subjects only, reads its own share's facts
+                         on its own share's gate subjects only (`qm.in.<q>.<share>.<Kind>`:
+                         never straight into the command stream), reads its own share's facts
                          through a consumer whose filter is its share (the server refuses to
                          create a consumer with any other filter), and sends read requests on
                          `qm.api.<q>.<share>.<verb>` only: answered about its job queue (like
@@ -61,6 +64,8 @@ from quotasched.events.subjects import (
     FACTS_PREFIX,
     FACTS_STREAM,
     FLEET_BUCKET,
+    GATE_PREFIX,
+    GATED_COMMANDS,
     LEASES_BUCKET,
     SNAPSHOTS_BUCKET,
 )
@@ -81,7 +86,7 @@ SECRET_ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz012345678
 TEAM_QUEUE_ENV = "QUOTASCHED_TEAM_QUEUE"  # a pipeline's own (queue, share): where its reads go
 TEAM_SHARE_ENV = "QUOTASCHED_TEAM_SHARE"  # (services.client.reads)
 
-JOB_COMMANDS = ("SubmitServiceJob", "UpdateServiceJob", "TerminateServiceJob")
+JOB_COMMANDS = GATED_COMMANDS  # what a team publishes: through the gate only
 PROJECTOR_PREFIX = "qm.proj"  # services.projector.API_PREFIX
 PROJECTED = "qm.projected"  # services.projector.APPLIED_SUBJECT
 
@@ -284,19 +289,29 @@ def roles(shares: Iterable[tuple[str, str]]) -> list[Role]:
              subscribe=[f"{API_PREFIX}.>", *stores], allow_responses=True),
         Role("projector", publish=[*started_services(), *log_reader(FACTS_STREAM), PROJECTED],
              subscribe=[f"{PROJECTOR_PREFIX}.>"], allow_responses=True),
-        Role("executor", publish=executor_publish(queue for queue, _ in teams.values()),
-             subscribe=[], deny_publish=denied),
     ]  # fmt: skip
-    out.append(agent_role(out[-1]))
+    executor = Role("executor", publish=executor_publish(queue for queue, _ in teams.values()),
+                    subscribe=[], deny_publish=denied)  # fmt: skip
+    out += [executor, agent_role(executor), gate_role()]
     for name, (queue, share) in teams.items():
         out.append(Role(
             name,
-            publish=[*(f"{COMMANDS_PREFIX}.{queue}.{share}.{kind}" for kind in JOB_COMMANDS),
+            publish=[*(f"{GATE_PREFIX}.{queue}.{share}.{kind}" for kind in JOB_COMMANDS),
                      *fact_reader(name, f"{FACTS_PREFIX}.{queue}.{share}.*"),
                      f"{API_PREFIX}.{queue}.{share}.*"],
             subscribe=[], job_queue=queue, quota_share=share,
         ))  # fmt: skip
     return out
+
+
+def gate_role() -> Role:
+    """The admission gate (services/gate): receives the teams' job commands on `qm.in.>`, in its
+    queue group, forwards them to the same kinds' `qm.cmd` subjects of any share (the team's
+    own subject, which the gate does not change), answers refusals (`allow_responses`), and
+    reads the shares' limits from the fact log through an ordered consumer."""
+    return Role("gate", publish=[*(f"{COMMANDS_PREFIX}.*.*.{kind}" for kind in JOB_COMMANDS),
+                                 *started_services(), *log_reader(FACTS_STREAM)],
+                subscribe=[f"{GATE_PREFIX}.>"], allow_responses=True)  # fmt: skip
 
 
 def agent_role(executor: Role) -> Role:

@@ -65,7 +65,7 @@ async def _decide(bus, command: dict[str, Any]) -> list:
 
     from quotasched.events.codec import DecodeError, decode_command
     from quotasched.events.facts import CommandRejected
-    from quotasched.services.client import ClientError
+    from quotasched.services.client import ClientError, GateRefused
 
     command = {key: value for key, value in command.items() if value is not None}
     try:
@@ -74,6 +74,9 @@ async def _decide(bus, command: dict[str, Any]) -> list:
         raise Refused(error.reason) from None
     try:
         facts = await bus.submit_and_wait(command, timeout=DECISION_WAIT_S)
+    except GateRefused as error:  # over the share's limits: refused before the stream
+        raise (Refused(str(error), 429, "TooManyRequestsException") if error.throttled
+               else Refused(str(error))) from None  # fmt: skip
     except ClientError as error:  # e.g. the job to update does not exist
         raise Refused(str(error)) from None
     except NotFoundError:

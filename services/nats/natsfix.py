@@ -143,14 +143,21 @@ async def publish_all(nc: Client, messages: list[tuple[str, str, dict[str, str],
             frames.append(frame)
             sent += len(payload)
         else:
-            nc.stats["out_msgs"] += len(frames)
-            nc.stats["out_bytes"] += sent
-            await nc._send_command(b"".join(frames))
-            if nc._flush_queue is not None and nc._flush_queue.empty():
-                await nc._flush_pending()
+            await send_frames(nc, frames, sent)
             return
     for subject, reply, headers, payload in messages:
         await nc.publish(subject, payload, reply=reply, headers=headers)
+
+
+async def send_frames(nc: Client, frames: list[bytes], payload_bytes: int) -> None:
+    """Hand ready PUB/HPUB frames (`payload_bytes` of payload in all) to nats-py's outbound
+    buffer as one command, counted as nats-py counts what it publishes, then its flush rule.
+    While reconnecting they wait in that buffer, as a publish's would."""
+    nc.stats["out_msgs"] += len(frames)
+    nc.stats["out_bytes"] += payload_bytes
+    await nc._send_command(b"".join(frames))
+    if nc._flush_queue is not None and nc._flush_queue.empty():
+        await nc._flush_pending()
 
 
 # Subscriptions whose messages bypass nats-py's message path (`raw_subscribe`): the handler gets
@@ -178,14 +185,16 @@ async def _process_msg(self: Client, sid: int, subject: bytes, reply: bytes, dat
         await ORIGINAL_PROCESS_MSG(self, sid, subject, reply, data, headers)
 
 
-async def raw_subscribe(nc: Client, subject: str, handler: RawHandler) -> Subscription:
+async def raw_subscribe(nc: Client, subject: str, handler: RawHandler,
+                        queue: str = "") -> Subscription:  # fmt: skip
     """A subscription whose messages go to `handler(subject, reply, header block, payload)` as they
     are parsed, without nats-py's Msg, header parsing, pending queue and callback task (about
     5 µs a message, more than half of reading a fact: services/nats/log.py).  The handler runs
-    on nats-py's read loop, so it must not block; unsubscribe as usual."""
+    on nats-py's read loop, so it must not block; unsubscribe as usual.  `queue`: a queue
+    group's name (each message to one member of the group)."""
     if Client._process_msg is not _process_msg:  # the handler would never be called
         install()
-    sub = await nc.subscribe(subject)
+    sub = await nc.subscribe(subject, queue=queue)
     sub.raw_handler = handler
     return sub
 

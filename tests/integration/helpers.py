@@ -418,3 +418,13 @@ async def api_ready(bus, timeout: float = 20.0) -> None:
         return await bus.request("describe-job-queues", timeout=1.0)
 
     await eventually(answered, timeout, what="a scheduler answering requests")
+
+
+async def wait_gate_open(process, timeout: float = 25.0) -> None:
+    """Until a spawned `quotasched gate` says it is open (its limits read, its queue group
+    joined): a team's commands go through it (services/gate)."""
+
+    async def opened():
+        return '"gate open"' in process.output() or "gate open" in process.output()
+
+    await eventually(opened, timeout, what=f"{process.args} open")

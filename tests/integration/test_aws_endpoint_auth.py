@@ -63,7 +63,7 @@ def first_line(process: Process, prefix: str) -> str:
 
 @contextlib.contextmanager
 def secured_endpoint(generated, tmp: Path, **endpoint_env: str):
-    """nats-server with the generated permissions, the scheduler as `scheduler`, and
+    """nats-server with the generated permissions, the scheduler as `scheduler`, a gate, and
     `quotasched endpoint --keys endpoint-keys.json` (its extra variables `endpoint_env`), the
     scheduler leading: (server, endpoint process, endpoint URL); all stopped at the end."""
     server = EmbeddedServer(tmp / "nats", extra_args=["-c", str(generated / "nats-server.conf")])
@@ -73,14 +73,18 @@ def secured_endpoint(generated, tmp: Path, **endpoint_env: str):
     scheduler = Process(["scheduler", "--nats-url", server.url],
                         {**env, **NO_TICKS, **creds(generated, "scheduler")},
                         tmp / "scheduler.log")  # fmt: skip
+    gate = Process(["gate", "--nats-url", server.url], {**env, **creds(generated, "gate")},
+                   tmp / "gate.log")  # a team's commands pass through it  # fmt: skip
     endpoint = Process(
         ["endpoint", "--nats-url", server.url, "--keys", str(generated / "endpoint-keys.json")],
         {**env, **endpoint_env}, tmp / "endpoint.log")  # fmt: skip
     try:
         wait_until(lambda: holder_of(scheduler), START_CEILING_S)
+        wait_until(lambda: "gate open" in gate.output(), START_CEILING_S)
         yield server, endpoint, first_line(endpoint, "AWS_ENDPOINT_URL_BATCH=")
     finally:
         endpoint.stop()
+        gate.stop()
         scheduler.stop()
         server.stop()
 

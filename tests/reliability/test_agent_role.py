@@ -19,7 +19,14 @@ from quotasched.events.subjects import COMMANDS_STREAM, FACTS_STREAM, command_su
 from quotasched.services.config.auth import CONSUMER_SLOTS
 from tests.integration.helpers import G5, NO_TICKS, NOTEBOOK, eventually, wait_decided
 from tests.integration.test_failover import wait_leading
-from tests.reliability.test_permissions import Client, generated, secured, without_url  # noqa: F401
+from tests.reliability.test_permissions import (  # noqa: F401
+    Client,
+    generated,
+    open_gate,
+    secured,
+    team_subject,
+    without_url,
+)
 
 pytestmark = [pytest.mark.nats, pytest.mark.slow]
 
@@ -44,6 +51,7 @@ async def test_the_agent_starts_and_runs_a_teams_job_under_its_generated_credent
     anonymous = {"QUOTASCHED_NATS_URL": server.url}
     scheduler = spawn("scheduler", **anonymous, **NO_TICKS, **without_url(creds["scheduler"]))
     await wait_leading(scheduler)
+    await open_gate(spawn, server.url, creds)
     async with Client(creds["admin"]) as admin, Client(creds["pipeline-q-qs1"]) as team:
         await configure(admin, scheduler)
         agent = spawn("agent", "--host", "h1", "--gpus", "0,1", "--capacity-unit", G5,
@@ -63,7 +71,7 @@ async def test_the_agent_starts_and_runs_a_teams_job_under_its_generated_credent
                "jobQueue": "q", "quotaShareName": "qs1", "tags": {"command": f"{sys.executable} "
                                                                   f"-c \"{JOB}\""},
                "capacityUsage": [{"capacityUnit": G5, "quantity": 2}]}  # fmt: skip
-        await team.js.publish(command_subject("SubmitServiceJob", "q", "qs1"),
+        await team.js.publish(team_subject("SubmitServiceJob", "q", "qs1"),
                               json.dumps(job).encode(), stream=COMMANDS_STREAM)  # fmt: skip
 
         async def succeeded():

@@ -37,7 +37,14 @@ from quotasched.events.subjects import COMMANDS_STREAM, command_subject, subject
 from tests.integration.helpers import NO_TICKS, NOTEBOOK, eventually, wait_decided
 from tests.integration.test_failover import wait_leading
 from tests.reliability.support import escaped_children, hostile_job_folder, sleeper_alive
-from tests.reliability.test_permissions import Client, generated, secured, without_url  # noqa: F401
+from tests.reliability.test_permissions import (  # noqa: F401
+    Client,
+    generated,
+    open_gate,
+    secured,
+    team_subject,
+    without_url,
+)
 
 pytestmark = [pytest.mark.nats, pytest.mark.slow]
 
@@ -157,6 +164,7 @@ class TestTheJobItselfIsHostile:
         server, creds = secured
         anonymous = {"QUOTASCHED_NATS_URL": server.url}
         scheduler = spawn("scheduler", **anonymous, **NO_TICKS, **without_url(creds["scheduler"]))
+        await open_gate(spawn, server.url, creds)
         await wait_leading(scheduler)
         executor = spawn("executor", "--kind", "process", **anonymous,
                          **without_url(creds["executor"]))  # its role's keys in its environment
@@ -165,18 +173,18 @@ class TestTheJobItselfIsHostile:
                 Client(creds["pipeline-q-qs2"]) as team_b:  # fmt: skip
             await configure(admin, scheduler)
 
-            await team_b.js.publish(command_subject("SubmitServiceJob", "q", "qs2"),
+            await team_b.js.publish(team_subject("SubmitServiceJob", "q", "qs2"),
                                     submission("victim", "qs2", sleeping(6)),
                                     stream=COMMANDS_STREAM)  # fmt: skip
             await until_status(admin, "victim", "RUNNING")
             fields, out = hostile_job(tmp_path, server.url, "victim")
-            await team_a.js.publish(command_subject("SubmitServiceJob", "q", "qs1"),
+            await team_a.js.publish(team_subject("SubmitServiceJob", "q", "qs1"),
                                     submission("hostile", "qs1", fields), stream=COMMANDS_STREAM)
             greedy = {"serviceRequestPayload": json.dumps({
                 "ResourceConfig": {"InstanceType": G5, "InstanceCount": 1, "VolumeSizeInGB": 1},
                 "Environment": {"QUOTASCHED_NATS_PASSWORD": "give it to me"}}),
                 "tags": {"command": "true"}}  # fmt: skip
-            await team_a.js.publish(command_subject("SubmitServiceJob", "q", "qs1"),
+            await team_a.js.publish(team_subject("SubmitServiceJob", "q", "qs1"),
                                     submission("greedy", "qs1", greedy), stream=COMMANDS_STREAM)
             hostile = await until_status(admin, "hostile", "SUCCEEDED", "FAILED")
             assert hostile["status"] == "SUCCEEDED", hostile
@@ -218,6 +226,7 @@ class TestTheJobItselfIsHostileAsAnotherUser:
             scheduler = spawn("scheduler", **anonymous, **NO_TICKS,
                               **without_url(creds["scheduler"]))  # fmt: skip
             await wait_leading(scheduler)
+            await open_gate(spawn, server.url, creds)
             executor = spawn("executor", "--kind", "process", "--run-as", "nobody",
                              "--state-dir", str(state), **anonymous,
                              **without_url(creds["executor"]))  # fmt: skip
@@ -225,7 +234,7 @@ class TestTheJobItselfIsHostileAsAnotherUser:
                     Client(creds["pipeline-q-qs1"]) as team_a, \
                     Client(creds["pipeline-q-qs2"]) as team_b:  # fmt: skip
                 await configure(admin, scheduler)
-                await team_b.js.publish(command_subject("SubmitServiceJob", "q", "qs2"),
+                await team_b.js.publish(team_subject("SubmitServiceJob", "q", "qs2"),
                                         submission("victim", "qs2", sleeping(8)),
                                         stream=COMMANDS_STREAM)  # fmt: skip
                 try:
@@ -236,7 +245,7 @@ class TestTheJobItselfIsHostileAsAnotherUser:
                 ledger = state / f"{EXECUTOR_CONSUMER}.json"
                 command = " ".join(["bash", str(script), str(reports), host, port, "q", "qs2",
                                     "victim", str(state), str(ledger), str(state / "work")])
-                await team_a.js.publish(command_subject("SubmitServiceJob", "q", "qs1"),
+                await team_a.js.publish(team_subject("SubmitServiceJob", "q", "qs1"),
                                         submission("hostile", "qs1", {
                                             "tags": {"command": command},
                                             "capacityUsage": [{"capacityUnit": G5, "quantity": 1}]}),

@@ -4,8 +4,8 @@
 Honest commands (a seeded workload on queue q: submissions, priority updates, executor reports,
 terminations over shares qs1-qs3, published with the admin's credentials) are interleaved with
 a hostile team's messages, sent with the credentials of share qs1's pipeline on the subjects
-that team may publish to: undecodable bytes, commands with a field out of the spec's bounds,
-valid-looking messages just under the 1 MiB message limit, clock attacks (an `at` of 1e15 or
+that team may publish to (its gate subjects: within its limits the gate passes them on):
+undecodable bytes, commands with a field out of the spec's bounds, valid-looking messages just under the 1 MiB message limit, clock attacks (an `at` of 1e15 or
 1.7e308, a Tick on the team's subject), and commands about other teams' jobs.  Every so often
 the team also tries the JetStream API verbs its role must not use (deleting or purging the
 streams, deleting the scheduler's and the executor's consumers, forging a fact, a Tick, a
@@ -32,7 +32,13 @@ import pytest
 from nats.js.api import AckPolicy, ConsumerConfig
 
 from quotasched.events.codec import decode_command
-from quotasched.events.subjects import COMMANDS_STREAM, FACTS_STREAM, command_subject, subject_for_command
+from quotasched.events.subjects import (
+    COMMANDS_STREAM,
+    FACTS_STREAM,
+    command_subject,
+    gate_subject,
+    subject_for_command,
+)
 from tests.integration.conftest import QUOTASCHED
 from tests.integration.helpers import (
     NO_TICKS,
@@ -42,6 +48,7 @@ from tests.integration.helpers import (
     read_facts,
     stream_times,
     wait_decided,
+    wait_gate_open,
 )
 from tests.integration.test_failover import wait_leading
 from tests.reliability.hostile import refused_message
@@ -116,6 +123,7 @@ async def test_a_hostile_tenant_has_no_effect_on_anyone_and_the_scheduler_keeps_
     anonymous = {"QUOTASCHED_NATS_URL": server.url}
     scheduler = spawn("scheduler", **anonymous, **NO_TICKS, **without_url(creds["scheduler"]))
     await wait_leading(scheduler)
+    await wait_gate_open(spawn("gate", **anonymous, **without_url(creds["gate"])))
     rng = random.Random(20261201)
     items = generate_workload(seed=20261201, count=HONEST, queue="q", shares=SHARES)
     honest_seqs: list[int] = []
@@ -138,7 +146,8 @@ async def test_a_hostile_tenant_has_no_effect_on_anyone_and_the_scheduler_keeps_
                 jobs = [c["jobId"] for c, _ in items[:index] if c["kind"] == "SubmitServiceJob"
                         and c["quotaShareName"] != TEAM[1]]  # other teams' jobs only
                 kind, hostile_subject, payload = refused_message(rng, TEAM, "qs2", jobs)
-                ack = await team.js.publish(hostile_subject, payload, stream=COMMANDS_STREAM)
+                ack = await team.js.publish(gate_subject(hostile_subject), payload,
+                                            stream=COMMANDS_STREAM)  # the team's only way in
                 hostile[ack.seq] = kind
             if index % (HONEST // 3) == 0:
                 allowed_verbs += await forbidden_verbs(team)

@@ -45,7 +45,7 @@ GLOBAL = ("$JS.API.INFO", "$JS.API.STREAM.NAMES", "$JS.API.STREAM.LIST",
           "$JS.API.STREAM.CREATE.OBJ_MINE", "$SYS.REQ.SERVER.PING", "$SYS.REQ.ACCOUNT.$G.CONNZ",
           "$KV.QM_LEASES.main", "$O.QM_SNAPSHOTS.M.probe", "$KV.MINE.key")  # fmt: skip
 SUBSCRIPTIONS = ("$SYS.>", "qm.fact.>", "qm.cmd.>", "$JS.EVENT.>", "$JS.API.>",
-                 "_INBOX_executor.>", "$KV.QM_LEASES.>")  # fmt: skip
+                 "_INBOX_executor.>", "$KV.QM_LEASES.>", "qm.in.>")  # fmt: skip
 
 
 def probes(role: str) -> list[str]:
@@ -134,6 +134,8 @@ ALLOWED = {  # role: (allowed publishes among probes(role), allowed subscription
     "projector": (lambda: started() | log_reader(FACTS_STREAM), set()),
     "executor": (executor_allowed, {"_INBOX_executor.>"}),  # its own inbox
     "agent": (executor_allowed, set()),  # and its fleet's bucket, which no probe names
+    # the teams' commands (no team may read them: it could answer in the gate's place)
+    "gate": (lambda: started() | log_reader(FACTS_STREAM), {"qm.in.>"}),
     TEAM: (team_allowed, set()),
     "pipeline-q-qs2": (lambda: js("INFO", "STREAM.INFO.QM_FACTS"), set()),
     "admin": (lambda: set(admin_probes()), set(SUBSCRIPTIONS)),

@@ -22,13 +22,19 @@ from nats.js.api import ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 
 from quotasched.events.codec import decode_command
-from quotasched.events.subjects import COMMANDS_STREAM, FACTS_STREAM, command_subject, subject_for_command
+from quotasched.events.subjects import (
+    COMMANDS_STREAM,
+    FACTS_STREAM,
+    command_subject,
+    gate_subject,
+    subject_for_command,
+)
 from quotasched.services.nats.credentials import connect_options
 from quotasched.services.config.auth import read_credentials
 from quotasched.services.nats.bus import Unreachable, connect
 from quotasched.services.nats.embedded import EmbeddedServer
 from tests.integration.conftest import QUOTASCHED
-from tests.integration.helpers import NO_TICKS, NOTEBOOK, ROOT, eventually, wait_decided
+from tests.integration.helpers import NO_TICKS, NOTEBOOK, ROOT, eventually, wait_decided, wait_gate_open
 from tests.integration.test_failover import wait_leading
 
 pytestmark = pytest.mark.nats
@@ -102,7 +108,7 @@ def secured(tmp_path, generated):
 def test_generate_writes_one_user_per_role_and_private_files(generated):
     users = json.loads(generated.joinpath("nats-server.conf").read_text().split("\n", 2)[2])
     names = [user["user"] for user in users["authorization"]["users"]]
-    assert names == ["admin", "scheduler", "projector", "executor", "agent",
+    assert names == ["admin", "scheduler", "projector", "executor", "agent", "gate",
                      "pipeline-q-qs1", "pipeline-q-qs2", "pipeline-q-qs3"]  # fmt: skip
     for path in [generated / "nats-server.conf", *generated.joinpath("creds").iterdir()]:
         assert path.stat().st_mode & 0o077 == 0, f"{path} is readable by others"
@@ -131,20 +137,29 @@ async def test_each_role_can_do_only_its_job(secured, spawn, tmp_path):
                                  **without_url(creds["executor"]))  # fmt: skip
         projector = spawn("projector", "--db", str(tmp_path / "p.duckdb"), **anonymous,
                           **without_url(creds["projector"]))  # fmt: skip
+        await wait_gate_open(spawn("gate", **anonymous, **without_url(creds["gate"])))
 
         async with Client(creds["pipeline-q-qs1"]) as pipeline:
-            # its own share: submit, update and terminate are stored and decided
-            ack = await pipeline.js.publish(command_subject("SubmitServiceJob", "q", "qs1"),
+            # its own share: submit, update and terminate, through the gate, are stored
+            # (on the command stream's own subject) and decided
+            ack = await pipeline.js.publish(gate_subject(command_subject("SubmitServiceJob", "q", "qs1")),
                                             submit("mine"), stream=COMMANDS_STREAM)  # fmt: skip
+            stored = await admin.js.get_msg(COMMANDS_STREAM, ack.seq)
+            assert (stored.subject, stored.data) == (command_subject("SubmitServiceJob", "q", "qs1"),
+                                                     submit("mine"))  # fmt: skip
             await wait_decided(admin.js, ack.seq, processes=[scheduler])
             for kind, body in (("UpdateServiceJob", {"schedulingPriority": 5}),
                                ("TerminateServiceJob", {"reason": "done"})):  # fmt: skip
-                await pipeline.js.publish(command_subject(kind, "q", "qs1"), json.dumps(
+                await pipeline.js.publish(gate_subject(command_subject(kind, "q", "qs1")), json.dumps(
                     {"kind": kind, "jobId": "mine", **body}).encode(), stream=COMMANDS_STREAM)
             before = (await admin.js.stream_info(COMMANDS_STREAM)).state.last_seq
 
-            # it cannot create or update a share, not even its own, nor submit elsewhere
+            # it cannot create or update a share, not even its own, nor submit elsewhere, nor
+            # pass by the gate (straight into the command stream, even for its own share)
             refused = [
+                (command_subject("SubmitServiceJob", "q", "qs1"), submit("past-the-gate")),
+                (command_subject("TerminateServiceJob", "q", "qs1"), b'{"kind":"TerminateServiceJob"}'),
+                (gate_subject(command_subject("SubmitServiceJob", "q", "qs2")), submit("smuggled", "qs2")),
                 (command_subject("CreateQuotaShare", "q", "qs1"), b'{"kind":"CreateQuotaShare"}'),
                 (command_subject("UpdateQuotaShare", "q", "qs1"), b'{"kind":"UpdateQuotaShare"}'),
                 (command_subject("DeleteQuotaShare", "q", "qs2"), b'{"kind":"DeleteQuotaShare"}'),
@@ -193,7 +208,8 @@ async def test_each_role_can_do_only_its_job(secured, spawn, tmp_path):
             after = (await admin.js.stream_info(COMMANDS_STREAM)).state.last_seq
             stored = [await admin.js.get_msg(COMMANDS_STREAM, seq)
                       for seq in range(before + 1, after + 1)]  # fmt: skip
-            reached = [(m.subject, m.data) for m in stored if (m.subject, m.data) in refused]
+            passed_on = {(subject.replace("qm.in.", "qm.cmd.", 1), data) for subject, data in refused}
+            reached = [(m.subject, m.data) for m in stored if (m.subject, m.data) in passed_on]
             assert not reached, f"a refused command reached the command stream: {reached}"
 
         async with Client(creds["executor"]) as executor:
@@ -223,7 +239,7 @@ async def test_each_role_can_do_only_its_job(secured, spawn, tmp_path):
         # a pipeline's job runs on the executor, which reports it with its credentials, and
         # the projector (with its own) applies the whole log
         async with Client(creds["pipeline-q-qs2"]) as pipeline:
-            await pipeline.js.publish(command_subject("SubmitServiceJob", "q", "qs2"),
+            await pipeline.js.publish(gate_subject(command_subject("SubmitServiceJob", "q", "qs2")),
                                       submit("runs", "qs2"), stream=COMMANDS_STREAM)
 
         async def succeeded():
@@ -244,6 +260,19 @@ async def test_each_role_can_do_only_its_job(secured, spawn, tmp_path):
         await eventually(projected, 30, what="the projector at the log's end")
     for process in (scheduler, executor_service, projector):
         assert process.popen.poll() is None, process.output()[-2000:]
+
+
+def team_subject(kind: str, queue: str, share: str) -> str:
+    """Where a team publishes a job command: its share's gate subject (the only one its
+    credentials allow; the gate passes it on to the command stream)."""
+    return gate_subject(command_subject(kind, queue, share))
+
+
+async def open_gate(spawn, url: str, creds: dict[str, dict[str, str]]):
+    """A `quotasched gate` with its own credentials, once it is open."""
+    gate = spawn("gate", QUOTASCHED_NATS_URL=url, **without_url(creds["gate"]))
+    await wait_gate_open(gate)
+    return gate
 
 
 def without_url(env: dict[str, str]) -> dict[str, str]:
@@ -335,6 +364,7 @@ async def test_a_team_forging_the_next_tick_ids_does_not_stop_the_timers(secured
     scheduler = spawn("scheduler", **anonymous, **without_url(creds["scheduler"]))
     await wait_leading(scheduler)
     spawn("executor", "--speed", "1", **anonymous, **without_url(creds["executor"]))
+    await wait_gate_open(spawn("gate", **anonymous, **without_url(creds["gate"])))
     async with Client(creds["admin"]) as admin, Client(creds["pipeline-q-qs1"]) as pipeline:
         lines = [line for line in NOTEBOOK.read_text().splitlines() if line.strip()][:6]
         for line in lines:
@@ -343,7 +373,7 @@ async def test_a_team_forging_the_next_tick_ids_does_not_stop_the_timers(secured
         await wait_decided(admin.js, ack.seq, processes=[scheduler])
         timed = {**json.loads(submit("timed")), "tags": {"duration": "600"},
                  "timeoutConfig": {"attemptDurationSeconds": 5}}  # fmt: skip
-        own = command_subject("SubmitServiceJob", "q", "qs1")
+        own = gate_subject(command_subject("SubmitServiceJob", "q", "qs1"))  # its headers pass on
         await pipeline.js.publish(own, json.dumps(timed).encode(), stream=COMMANDS_STREAM)
 
         async def status(job_id: str) -> str | None:

@@ -25,7 +25,7 @@ from quotasched.services.nats.credentials import INBOX_ENV, PASSWORD_ENV, TLS_CA
 from quotasched.services.config.auth import team_consumers
 from quotasched.services.client import Bus, ClientError
 from tests.integration.conftest import QUOTASCHED
-from tests.integration.helpers import NO_TICKS, NOTEBOOK, eventually, wait_decided
+from tests.integration.helpers import NO_TICKS, NOTEBOOK, eventually, wait_decided, wait_gate_open
 from tests.integration.test_failover import wait_leading
 from tests.reliability.test_permissions import Client, generated, secured, without_url  # noqa: F401
 
@@ -69,6 +69,7 @@ async def stack(secured, spawn):
     scheduler = spawn("scheduler", QUOTASCHED_NATS_URL=server.url, **NO_TICKS,
                       **without_url(creds["scheduler"]))  # fmt: skip
     await wait_leading(scheduler)
+    await wait_gate_open(spawn("gate", QUOTASCHED_NATS_URL=server.url, **without_url(creds["gate"])))
     async with Client(creds["admin"]) as admin:
         lines = [line for line in NOTEBOOK.read_text().splitlines() if line.strip()][:6]
         async with bus_as(creds["admin"]) as bus:

@@ -26,7 +26,7 @@ import pytest
 from quotasched.services.client import Bus
 from quotasched.services.nats.embedded import free_port
 from tests.integration.conftest import QUOTASCHED, Process, end_jobs_left_in
-from quotasched.events.subjects import FACTS_STREAM
+from quotasched.events.subjects import FACTS_STREAM, GATE_PING
 from tests.integration.helpers import (
     NO_TICKS,
     NOTEBOOK,
@@ -60,21 +60,25 @@ def alive(pid: int) -> bool:
     return process_state(pid) not in (None, "Z")
 
 
-def nats_servers_of(parent: int) -> list[int]:
-    """The nats-server processes whose parent is `parent`."""
+def children_of(parent: int) -> list[tuple[int, str, list[bytes]]]:
+    """(pid, command name, argv) of each process whose parent is `parent`."""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             stat = (entry / "stat").read_text()
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        comm = stat[stat.index("(") + 1 : stat.rindex(")")]
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        if ppid == parent and comm == "nats-server":
-            found.append(int(entry.name))
+        if int(stat.rsplit(")", 1)[1].split()[1]) == parent:
+            found.append((int(entry.name), stat[stat.index("(") + 1 : stat.rindex(")")], argv))
     return found
+
+
+def nats_servers_of(parent: int) -> list[int]:
+    """The nats-server processes whose parent is `parent`."""
+    return [pid for pid, name, _ in children_of(parent) if name == "nats-server"]
 
 
 async def server_of(up: Process, servers: set[int]) -> int:
@@ -511,3 +515,45 @@ async def test_a_restart_of_up_costs_the_running_job_nothing(tmp_path, ups, how)
         assert changes == [(1, "STARTING"), (1, "RUNNING"), (1, "SUCCEEDED")], changes
     assert pidfile.read_text().strip() == str(pid), "the job was started again"
     assert second.stop() == 0
+
+
+# -- the admission gate `up` runs -------------------------------------------------------------
+
+
+def gates_of(parent: int) -> list[int]:
+    """The `quotasched gate` processes whose parent is `parent`."""
+    return [pid for pid, _, argv in children_of(parent) if b"gate" in argv]
+
+
+async def gate_answers(url: str) -> bool:
+    async with Bus(url) as bus:
+        return (await bus.nc.request(GATE_PING, b"", timeout=2)).data == b"{}"
+
+
+async def test_up_starts_its_gate_again_when_it_dies_and_stops_it_with_itself(tmp_path, ups):
+    """`up` runs the admission gate as a child of its own: open once `up` has announced its
+    URL, started again when it dies (kill -9), stopped when `up` stops; a submission is
+    decided after the restart."""
+    data_dir, port = tmp_path / "data", free_port()
+    up = ups(data_dir, port, "--no-projector")
+    url = await announced(up, port)
+    [gate] = gates_of(up.popen.pid)
+    assert await gate_answers(url)
+    os.kill(gate, signal.SIGKILL)
+    await gone(gate, f"the gate {gate} after kill -9")
+
+    async def another_gate():
+        pids = gates_of(up.popen.pid)
+        return pids if pids and pids != [gate] and await gate_answers(url) else None
+
+    [again] = await eventually(another_gate, 30, what="a new gate answering")
+    assert "the gate ended; starting it again" in up.output()
+    seqs = await decide(url, setup_commands("gg") + [(
+        {"kind": "SubmitServiceJob", "jobId": "through", "jobName": "through", "jobQueue": "gg",
+         "quotaShareName": "alpha", "capacityUsage": [{"capacityUnit": "ml.g5.xlarge", "quantity": 1}]},
+        None)])  # fmt: skip
+    async with Bus(url) as bus:
+        assert any(fact.get("jobId") == "through" and fact["kind"] == "JobSubmitted"
+                   for fact in await read_facts(bus.js)), seqs  # fmt: skip
+    assert up.stop() == 0
+    assert not alive(again), "the gate outlived up"

@@ -1,0 +1,234 @@
+"""The admission gate on the bus: a team's job commands, within its share's limits, into the
+command stream; the rest answered at once, never stored (issue 29).
+
+A team publishes `SubmitServiceJob`, `UpdateServiceJob` and `TerminateServiceJob` on
+`qm.in.<queue>.<share>.<Kind>` as it would to JetStream (`js.publish`: a request whose answer
+is the stream's acknowledgement).  Its credentials allow nothing else (services/config/auth.py),
+so every team command passes here.  The gate (any number of them, in one queue group):
+
+- lets a command within its share's limits (services/gate/limits.py) through: the very message,
+  headers and reply subject included, goes on to `qm.cmd.<queue>.<share>.<Kind>`, so the
+  stream's acknowledgement goes straight to the sender and the command is stored as if the
+  team had published it there;
+- answers any other with an error in JetStream's shape (`{"error": {"code": 429, ...}}`, which
+  nats-py's `js.publish` raises as an `APIError`) that names the limit.  Nothing of it is stored.
+  Refusals are logged bounded per share (5 lines in full per 10 s, then one summary line).
+
+Each message costs the gate a few microseconds in nats-py's read loop (`natsfix.raw_subscribe`):
+no Msg, no task, frames written in one batch per read.  The limits come from the fact log
+(`QuotaShareOptionsSet`, followed from the start), so the gate needs no configuration of its
+own and every gate applies the same limits.  Several gates each count alone: with N of them a
+share may get up to N times its limit past the gates, and the core refuses the excess.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+
+import structlog
+from nats.aio.client import Client
+
+from quotasched.events.codec import DecodeError, decode_fact
+from quotasched.events.facts import QuotaShareOptionsSet
+from quotasched.events.subjects import (
+    ANY,
+    COMMANDS_PREFIX,
+    FACTS_PREFIX,
+    FACTS_STREAM,
+    GATE_PING,
+    GATE_PREFIX,
+    GATED_COMMANDS,
+)
+from quotasched.services.gate.limits import REFUSED, THROTTLED, Gate
+from quotasched.services.nats import natsfix
+from quotasched.services.scheduler.refusals import BudgetedLines, reason_class
+
+log = structlog.get_logger("quotasched.gate")
+
+GATE_GROUP = "quotasched-gate"  # the queue group every gate joins
+OPTIONS_FILTER = f"{FACTS_PREFIX}.*.*.{QuotaShareOptionsSet.model_fields['kind'].default}"
+OPTIONS_WAIT_S = 30.0  # reading the limits at start
+_FORWARD = COMMANDS_PREFIX.encode()
+_GATE = GATE_PREFIX.encode()
+_PING = GATE_PING.encode()
+
+
+class GateRefusalLog(BudgetedLines):
+    """The gate's lines about refused commands, bounded per (job queue, quota share)."""
+
+    SUMMARY, COUNTED, KINDS = "commands refused at the gate", "refused", "reasons"
+
+    def refused(self, queue: str, share: str, kind: str, reason: str) -> None:
+        if self.admit(queue, share, reason_class(reason), None):
+            log.info("command refused at the gate", job_queue=queue, quota_share=share,
+                     command_kind=kind, reason=reason)  # fmt: skip
+
+
+class AdmissionGate:
+    """One gate on connection `nc`: `start` reads the limits and joins the queue group, `stop`
+    leaves it.  `clock`: the wall clock its seconds are counted on (injectable for tests)."""
+
+    def __init__(self, nc: Client, clock: Callable[[], float] = time.time) -> None:
+        self.nc = nc
+        self.clock = clock
+        self.gate = Gate()
+        self.admitted = 0
+        self.refused = 0
+        self.lines = GateRefusalLog(log, 5, 10.0)
+        self._out: list[bytes] = []
+        self._out_bytes = 0
+        self._flushing: asyncio.Task | None = None
+        self._subs: list = []
+        self._last_forget = 0.0
+
+    async def start(self, wait: float = OPTIONS_WAIT_S) -> AdmissionGate:
+        await self._follow_limits(wait)
+        self._subs.append(await natsfix.raw_subscribe(self.nc, f"{GATE_PREFIX}.>", self._on_command,
+                                                      queue=GATE_GROUP))  # fmt: skip
+        log.info("gate open", subject=f"{GATE_PREFIX}.>", shares_with_limits=len(self.gate.limits))
+        return self
+
+    async def stop(self) -> None:
+        for sub in self._subs:
+            try:
+                await sub.unsubscribe()
+            except Exception:  # noqa: BLE001 - a closed connection has no subscription left
+                pass
+        self._subs.clear()
+        if self._flushing is not None:
+            await asyncio.shield(self._flushing)
+        self.lines.close()
+        log.info("gate closed", admitted=self.admitted, refused=self.refused)
+
+    # -- the limits, from the fact log --------------------------------------------------------
+
+    async def _follow_limits(self, wait: float) -> None:
+        """Follow every `QuotaShareOptionsSet` from the log's start; return once those stored
+        before now are applied (at most `wait` seconds: then the defaults stand in)."""
+        js = self.nc.jetstream()
+        info = await js.stream_info(FACTS_STREAM, subjects_filter=OPTIONS_FILTER)
+        stored = sum((info.state.subjects or {}).values())
+        applied = asyncio.Event()
+        seen = 0
+
+        async def on_fact(msg) -> None:
+            nonlocal seen
+            seen += 1
+            try:
+                fact = decode_fact(msg.data)
+            except DecodeError as error:
+                log.warning("an options fact the gate cannot read", error=str(error))
+            else:
+                if isinstance(fact, QuotaShareOptionsSet):
+                    self.gate.set_limits((fact.job_queue, fact.quota_share_name), fact.options)
+            if seen >= stored:
+                applied.set()
+
+        self._subs.append(await js.subscribe(OPTIONS_FILTER, stream=FACTS_STREAM,
+                                                ordered_consumer=True, cb=on_fact))
+        if stored == 0:
+            applied.set()
+        try:
+            await asyncio.wait_for(applied.wait(), wait)
+        except TimeoutError:
+            log.warning("the gate read only part of the share limits in time; the defaults stand "
+                        "in for the rest until their facts arrive", read=seen, stored=stored)  # fmt: skip
+
+    # -- commands ------------------------------------------------------------------------------
+
+    def _on_command(self, subject: bytes, reply: bytes, headers: bytes | None, data: bytes) -> None:
+        """One command, on nats-py's read loop: forward it or answer why not."""
+        tokens = subject.split(b".")
+        if subject == _PING:
+            if reply:
+                self._send(b"PUB %s 2\r\n{}\r\n" % reply, 2)
+            return
+        if len(tokens) != 5 or tokens[2] == b"~" or tokens[3] == b"~":
+            self._refuse(reply, REFUSED, None, None, "?", f"{subject.decode(errors='replace')} is not "
+                         f"{GATE_PREFIX}.<jobQueue>.<quotaShare>.<Kind> of one quota share")  # fmt: skip
+            return
+        queue, share, kind = tokens[2].decode(), tokens[3].decode(), tokens[4].decode()
+        now = self.clock()
+        reason = self.gate.admit((queue, share), kind, len(data), now)
+        if reason is not None:
+            self._refuse(reply, THROTTLED if kind in GATED_COMMANDS else REFUSED, queue, share, kind, reason)
+            return
+        self.admitted += 1
+        forward = _FORWARD + subject[len(_GATE):]
+        space = b" " + reply + b" " if reply else b" "
+        if headers:
+            size = len(headers)
+            head = b"HPUB " + forward + space + b"%d %d\r\n" % (size, size + len(data))
+            self._send(b"".join((head, headers, data, b"\r\n")), len(data))
+        else:
+            self._send(b"".join((b"PUB ", forward, space, b"%d\r\n" % len(data), data, b"\r\n")),
+                       len(data))  # fmt: skip
+        if now - self._last_forget >= 10.0:
+            self._last_forget = now
+            self.gate.forget(now)
+
+    def _refuse(self, reply: bytes, code: int, queue: str | None, share: str | None, kind: str,
+                reason: str) -> None:  # fmt: skip
+        self.refused += 1
+        self.lines.refused(queue or ANY, share or ANY, kind, reason)
+        if not reply:
+            return  # published without a reply subject: nobody to tell
+        answer = json.dumps({"error": {"code": code, "err_code": code, "description": reason}}).encode()
+        self._send(b"PUB %s %d\r\n%s\r\n" % (reply, len(answer), answer), len(answer))
+
+    def _send(self, frame: bytes, payload_bytes: int) -> None:
+        self._out.append(frame)
+        self._out_bytes += payload_bytes
+        if self._flushing is None:
+            self._flushing = asyncio.get_running_loop().create_task(self._flush())
+
+    async def _flush(self) -> None:
+        """Hand the frames gathered so far to nats-py in one write (after the read that brought
+        them), again while more arrive."""
+        try:
+            while self._out:
+                frames, sent = self._out, self._out_bytes
+                self._out, self._out_bytes = [], 0
+                await natsfix.send_frames(self.nc, frames, sent)
+        except Exception as error:  # noqa: BLE001 - a closed connection: the senders time out
+            log.warning("the gate could not send", error=repr(error), frames=len(self._out))
+            self._out, self._out_bytes = [], 0
+        finally:
+            self._flushing = None
+
+
+STREAMS_WAIT_S = 1.0  # between looks for the fact log, when the gate starts before it exists
+
+
+async def serve(url: str, stop: asyncio.Event) -> None:
+    """`quotasched gate`: one gate on its own connection until `stop` is set.  A gate started
+    before the scheduler created the streams waits for them (said once)."""
+    from nats.js.errors import NotFoundError
+
+    from quotasched.services.nats.bus import connect
+
+    nc = await connect(url, "quotasched-gate")
+    try:
+        gate = AdmissionGate(nc)
+        told = False
+        while not stop.is_set():
+            try:
+                await gate.start()
+                break
+            except NotFoundError:
+                if not told:
+                    log.info("waiting for the fact log (a scheduler creates it)", url=url)
+                    told = True
+                try:
+                    await asyncio.wait_for(stop.wait(), STREAMS_WAIT_S)
+                except TimeoutError:
+                    pass
+        else:
+            return
+        await stop.wait()
+        await gate.stop()
+    finally:
+        await nc.close()

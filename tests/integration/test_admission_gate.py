@@ -1,0 +1,259 @@
+"""The admission gate (services/gate) live: a real nats-server, `quotasched scheduler` and
+`quotasched gate`.  A team's job commands enter the command stream through the gate only
+within their share's limits; what the gate refuses is answered at once and never stored, so a
+flooding share cannot make another share's commands wait behind its refusals (issue 29).
+
+Expectations come from the rule and the wall clock, not from the gate's code: in any whole
+second (the gate runs on this machine's clock, as the test does) at most
+`maxSubmissionsPerSecond` of a share's submissions get past it, so over a burst that spans S
+distinct seconds at most S times the limit are stored, and at least the limit."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import time
+
+import pytest
+from nats.aio.client import Client
+from nats.js.errors import APIError
+
+from quotasched.events.subjects import COMMANDS_STREAM, GATE_PING, command_subject, gate_subject
+from quotasched.services.client import Bus, GateRefused
+from tests.integration.helpers import (
+    G5,
+    NO_TICKS,
+    eventually,
+    publish_items,
+    read_facts,
+    setup_commands,
+    wait_decided,
+    wait_gate_open,
+)
+from tests.integration.test_aws_endpoint_auth import first_line
+from tests.integration.test_failover import wait_leading
+
+pytestmark = pytest.mark.nats
+
+QUEUE = "gq"
+SHARES = [("qs1", 2, "RESERVE", "DISABLED"), ("qs2", 2, "RESERVE", "DISABLED")]
+PER_SECOND = 5
+PAYLOAD = json.dumps({"ResourceConfig": {"InstanceType": G5, "InstanceCount": 1}})
+
+
+def submit(job_id: str, share: str, **more) -> dict:
+    return {"kind": "SubmitServiceJob", "jobId": job_id, "jobName": job_id, "jobQueue": QUEUE,
+            "quotaShareName": share, "capacityUsage": [{"capacityUnit": G5, "quantity": 1}],
+            **more}  # fmt: skip
+
+
+def limits(share: str, **options: int) -> dict:
+    return {"kind": "SetQuotaShareOptions", "jobQueue": QUEUE, "quotaShareName": share,
+            "options": options}
+
+
+def gate_of(share: str, kind: str = "SubmitServiceJob") -> str:
+    return gate_subject(command_subject(kind, QUEUE, share))
+
+
+async def stored_on(js, subject: str) -> list:
+    """The command stream's messages on `subject`, in order."""
+    info = await js.stream_info(COMMANDS_STREAM)
+    found = []
+    for seq in range(info.state.first_seq, info.state.last_seq + 1):
+        message = await js.get_msg(COMMANDS_STREAM, seq)
+        if message.subject == subject:
+            found.append(message)
+    return found
+
+
+def seconds_spanned(start: float, end: float) -> int:
+    return math.floor(end) - math.floor(start) + 1
+
+
+@pytest.fixture
+async def gated(nats_server, spawn):
+    """A scheduler, a gate, queue gq with shares qs1 and qs2 (qs2: 5 submissions a second),
+    the limits applied; yields a Bus (the admin's, no credentials: the server has none)."""
+    scheduler = spawn("scheduler", **NO_TICKS)
+    gate = spawn("gate")
+    async with Bus(nats_server.url) as bus:
+        await wait_leading(scheduler)
+        await publish_items(bus, setup_commands(QUEUE, shares=SHARES, capacity=4))
+        seq = await bus.publish(limits("qs2", maxSubmissionsPerSecond=PER_SECOND))
+        await wait_decided(bus.js, seq, processes=[scheduler])
+        await wait_gate_open(gate)
+        bus.scheduler, bus.gate = scheduler, gate
+        yield bus
+
+
+async def test_a_team_command_passes_the_gate_unchanged_and_the_stream_acknowledges_it(gated):
+    bus = gated
+    data = json.dumps(submit("plain", "qs1")).encode()
+    first = await bus.js.publish(gate_of("qs1"), data, stream=COMMANDS_STREAM,
+                                 headers={"Nats-Msg-Id": "plain-1"})  # fmt: skip
+    again = await bus.js.publish(gate_of("qs1"), data, stream=COMMANDS_STREAM,
+                                 headers={"Nats-Msg-Id": "plain-1"})  # fmt: skip
+    assert first.stream == COMMANDS_STREAM and not first.duplicate
+    assert again.seq == first.seq and again.duplicate  # its headers reached JetStream
+    stored = await bus.js.get_msg(COMMANDS_STREAM, first.seq)
+    assert stored.subject == command_subject("SubmitServiceJob", QUEUE, "qs1")
+    assert stored.data == data
+    assert stored.headers["Nats-Msg-Id"] == "plain-1"
+    assert stored.headers["Nats-Expected-Stream"] == COMMANDS_STREAM
+    fact = await wait_decided(bus.js, first.seq, processes=[bus.scheduler])  # its last fact
+    assert (fact["kind"], fact["jobId"]) == ("JobDispatched", "plain")
+
+
+async def test_a_burst_beyond_the_limit_is_refused_at_the_gate_and_never_stored(gated):
+    bus = gated
+    began = time.time()
+    outcomes = await asyncio.gather(
+        *(bus.publish(submit(f"burst-{index}", "qs2")) for index in range(60)),
+        bus.publish(submit("other-team", "qs1")), return_exceptions=True)  # fmt: skip
+    ended = time.time()
+    *burst, other = outcomes
+    assert isinstance(other, int)  # the other share's submission went through
+    refused = [outcome for outcome in burst if isinstance(outcome, Exception)]
+    assert all(isinstance(error, GateRefused) and error.throttled for error in refused), refused
+    reasons = {str(error) for error in refused}
+    assert reasons == {f"Quota share qs2 already had {PER_SECOND} submissions in this second, "
+                       f"its limit maxSubmissionsPerSecond of {PER_SECOND}"}  # fmt: skip
+    passed = [outcome for outcome in burst if isinstance(outcome, int)]
+    assert PER_SECOND <= len(passed) <= PER_SECOND * seconds_spanned(began, ended)
+    stored = await stored_on(bus.js, command_subject("SubmitServiceJob", QUEUE, "qs2"))
+    assert sorted(message.seq for message in stored) == sorted(passed)  # nothing refused stored
+    for seq in passed + [other]:
+        fact = await wait_decided(bus.js, seq, processes=[bus.scheduler])
+        assert fact["kind"] in ("JobSubmitted", "JobDispatched", "CommandRejected")
+    assert "command refused at the gate" in bus.gate.output()
+
+
+async def test_messages_without_a_reply_subject_are_held_to_the_limit_too(gated, nats_server):
+    bus = gated
+    nc = Client()
+    await nc.connect(nats_server.url)
+    try:
+        began = time.time()
+        for index in range(200):
+            await nc.publish(gate_of("qs2"), json.dumps(submit(f"bare-{index}", "qs2")).encode())
+        await nc.flush()
+        ended = time.time()
+    finally:
+        await nc.close()
+
+    async def settled():
+        first = await stored_on(bus.js, command_subject("SubmitServiceJob", QUEUE, "qs2"))
+        await asyncio.sleep(0.5)
+        second = await stored_on(bus.js, command_subject("SubmitServiceJob", QUEUE, "qs2"))
+        return second if second and len(first) == len(second) else None
+
+    stored = await eventually(settled, 20, what="the stored submissions settled")
+    assert PER_SECOND <= len(stored) <= PER_SECOND * seconds_spanned(began, ended)
+
+
+async def test_limits_set_while_the_gate_runs_apply_at_once_and_updates_are_bounded(gated):
+    bus = gated
+    seq = await bus.publish(limits("qs1", maxSubmissionsPerSecond=2))
+    await wait_decided(bus.js, seq, processes=[bus.scheduler])
+
+    async def limited():
+        try:
+            await asyncio.gather(*(bus.publish(submit(f"late-{time.time_ns()}-{i}", "qs1"))
+                                   for i in range(10)))  # fmt: skip
+        except GateRefused as error:
+            return str(error)
+        return None
+
+    reason = await eventually(limited, 10, what="qs1's new limit applied by the gate")
+    assert reason.endswith("its limit maxSubmissionsPerSecond of 2")
+    # UpdateServiceJob: the same per-second limit, counted apart from submissions
+    job = submit("updated", "qs1")
+    await asyncio.sleep(1.0)
+    await bus.publish(job)
+    updates = await asyncio.gather(*(bus.publish(
+        {"kind": "UpdateServiceJob", "jobId": "updated", "schedulingPriority": i},
+        route=(QUEUE, "qs1")) for i in range(10)), return_exceptions=True)  # fmt: skip
+    refused = [str(u) for u in updates if isinstance(u, GateRefused)]
+    assert refused and all(text.startswith("Quota share qs1 already had 2 UpdateServiceJob "
+                                           "commands in this second") for text in refused)
+    assert sum(isinstance(u, int) for u in updates) <= 2 * 2  # 10 published within 2 seconds
+
+
+async def test_submission_bytes_over_the_window_are_refused_at_the_gate(gated):
+    bus = gated
+    tags = {f"k{i:03d}" + "k" * 124: "v" * 256 for i in range(50)}  # AWS's most: 50 tags
+    big = len(json.dumps(submit("big-0000000000000000000-0", "qs1", tags=tags)))
+    assert big > 16 * 1024  # so its bytes count
+    seq = await bus.publish(limits("qs1", maxSubmissionBytesPerWindow=2 * big + 100,
+                                   submissionBytesWindowSeconds=3600))  # fmt: skip
+    await wait_decided(bus.js, seq, processes=[bus.scheduler])
+
+    async def refused_for_bytes():
+        try:
+            for index in range(3):
+                await bus.publish(submit(f"big-{time.time_ns()}-{index}", "qs1", tags=tags))
+        except GateRefused as error:
+            return str(error)
+        return None
+
+    reason = await eventually(refused_for_bytes, 10, what="the byte window applied")
+    assert "submission bytes in this 3600-second window, over its limit " \
+           f"maxSubmissionBytesPerWindow of {2 * big + 100}" in reason
+
+
+async def test_anything_but_a_shares_job_command_is_refused_by_the_gate(gated):
+    bus = gated
+    before = (await bus.js.stream_info(COMMANDS_STREAM)).state.last_seq
+    for subject, payload in (
+        (gate_subject(command_subject("CreateQuotaShare", QUEUE, "qs1")), b'{"kind":"CreateQuotaShare"}'),
+        (gate_subject(command_subject("ReportJobStatus", QUEUE, "qs1")), b"{}"),
+        (gate_subject(command_subject("SubmitServiceJob")), json.dumps(submit("x", "qs1")).encode()),
+        ("qm.in.gq.qs1.SubmitServiceJob.extra", b"{}"),
+        ("qm.in.gq", b"{}"),
+    ):  # fmt: skip
+        with pytest.raises(APIError) as refused:
+            await bus.js.publish(subject, payload, stream=COMMANDS_STREAM)
+        assert refused.value.code == 400 and refused.value.err_code == 400, subject
+    assert (await bus.js.stream_info(COMMANDS_STREAM)).state.last_seq == before
+    assert (await bus.nc.request(GATE_PING, b"", timeout=5)).data == b"{}"
+
+
+async def test_over_the_limit_through_the_aws_endpoint_is_too_many_requests(gated, spawn,
+                                                                           nats_server):  # fmt: skip
+    import boto3
+    from botocore.config import Config
+    from botocore.exceptions import ClientError
+
+    bus = gated
+    seq = await bus.publish(limits("qs1", maxSubmissionsPerSecond=1))
+    await wait_decided(bus.js, seq, processes=[bus.scheduler])
+    await asyncio.sleep(1.0)  # the gate has read the new limit
+    endpoint = spawn("endpoint", "--nats-url", nats_server.url)
+    url = await asyncio.to_thread(first_line, endpoint, "AWS_ENDPOINT_URL_BATCH=")
+    batch = boto3.client("batch", endpoint_url=url, region_name="us-east-1",
+                         aws_access_key_id="AKIDEXAMPLE", aws_secret_access_key="dummy",
+                         config=Config(retries={"max_attempts": 1}))  # no retry: see the 429
+
+    def submit_until_refused() -> tuple[int, float, float, dict]:
+        began, accepted = time.time(), 0
+        for index in range(20):
+            try:
+                batch.submit_service_job(jobName=f"aws-{index}", jobQueue=QUEUE,
+                                         quotaShareName="qs1", serviceJobType="SAGEMAKER_TRAINING",
+                                         serviceRequestPayload=PAYLOAD)  # fmt: skip
+                accepted += 1
+            except ClientError as error:
+                return accepted, began, time.time(), error.response
+        raise AssertionError("20 submissions at 1 a second all accepted")
+
+    accepted, began, ended, response = await asyncio.to_thread(submit_until_refused)
+    assert 1 <= accepted <= seconds_spanned(began, ended)
+    assert response["Error"]["Code"] == "TooManyRequestsException"
+    assert response["ResponseMetadata"]["HTTPStatusCode"] == 429
+    assert response["Error"]["Message"] == ("Quota share qs1 already had 1 submissions in this "
+                                            "second, its limit maxSubmissionsPerSecond of 1")
+    facts = await read_facts(bus.js)
+    assert sum(f["kind"] == "JobSubmitted" and f["jobName"].startswith("aws-") for f in facts) \
+        <= accepted
