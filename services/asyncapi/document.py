@@ -28,7 +28,12 @@ subject where no queue or share applies.  Read requests go to `qm.api.<jobQueue>
 fleet partition answers those with `{"redirect": [queues]}` for the client to ask each queue),
 and `qm.proj.<verb>` (the projector), NATS request/reply.  A team asks on
 `qm.api.<jobQueue>.<quotaShare>.<verb>`, the one read subject its credentials allow, and sees
-the payloads and tags of its own share's jobs only.  Generated from the code by
+the payloads and tags of its own share's jobs only.  A team publishes its job commands
+(`SubmitServiceJob`, `UpdateServiceJob`, `TerminateServiceJob`) on
+`qm.in.<jobQueue>.<quotaShare>.<Kind>` instead, the admission gate's subjects: within the share's
+limits the gate passes each on unchanged to its `qm.cmd` subject (the stream acknowledges it);
+over them it answers a JetStream API error (code 429) naming the limit, and nothing is stored.
+Generated from the code by
 `quotasched asyncapi`; see docs/contract.md.""".split())
 
 
