@@ -31,7 +31,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from quotasched.events.facts import Fact
-from quotasched.events.subjects import ANY, COMMANDS_STREAM, GATED_COMMANDS, gate_subject, subject_for_command
+from quotasched.events.subjects import (
+    ANY,
+    COMMANDS_STREAM,
+    GATED_COMMANDS,
+    gate_subject,
+    subject_for_command,
+)
 from quotasched.services.nats.bus import connect
 from quotasched.services.client.commands import (
     ClientError,

@@ -51,6 +51,7 @@ log = structlog.get_logger("quotasched.gate")
 GATE_GROUP = "quotasched-gate"  # the queue group every gate joins
 OPTIONS_FILTER = f"{FACTS_PREFIX}.*.*.{QuotaShareOptionsSet.model_fields['kind'].default}"
 OPTIONS_WAIT_S = 30.0  # reading the limits at start
+ERRORS_LOGGED = 10  # lines about commands the gate failed on (a bug); the rest are counted
 _FORWARD = COMMANDS_PREFIX.encode()
 _GATE = GATE_PREFIX.encode()
 _PING = GATE_PING.encode()
@@ -77,6 +78,7 @@ class AdmissionGate:
         self.gate = Gate()
         self.admitted = 0
         self.refused = 0
+        self.errors = 0
         self.lines = GateRefusalLog(log, 5, 10.0)
         self._out: list[bytes] = []
         self._out_bytes = 0
@@ -101,7 +103,7 @@ class AdmissionGate:
         if self._flushing is not None:
             await asyncio.shield(self._flushing)
         self.lines.close()
-        log.info("gate closed", admitted=self.admitted, refused=self.refused)
+        log.info("gate closed", admitted=self.admitted, refused=self.refused, failed=self.errors)
 
     # -- the limits, from the fact log --------------------------------------------------------
 
@@ -134,27 +136,44 @@ class AdmissionGate:
         try:
             await asyncio.wait_for(applied.wait(), wait)
         except TimeoutError:
-            log.warning("the gate read only part of the share limits in time; the defaults stand "
-                        "in for the rest until their facts arrive", read=seen, stored=stored)  # fmt: skip
+            log.warning("the gate read only part of the share limits in time; the defaults "
+                        "stand in for the rest until their facts arrive", read=seen,
+                        stored=stored)  # fmt: skip
 
     # -- commands ------------------------------------------------------------------------------
 
     def _on_command(self, subject: bytes, reply: bytes, headers: bytes | None, data: bytes) -> None:
-        """One command, on nats-py's read loop: forward it or answer why not."""
+        """One command, on nats-py's read loop: forward it or answer why not.  Nothing may
+        escape into that loop (it would end the connection's reading): an error here is
+        logged and the command refused."""
+        try:
+            self._admit(subject, reply, headers, data)
+        except Exception as error:  # noqa: BLE001 - a bug must cost one command, not the gate
+            self.errors += 1
+            if self.errors <= ERRORS_LOGGED:
+                log.error("the gate failed on a command; refused", error=repr(error),
+                          subject=subject.decode(errors="replace"), errors=self.errors)  # fmt: skip
+            if reply:
+                self._refuse(reply, REFUSED, None, None, "?",
+                             "the gate could not read this command")  # fmt: skip
+
+    def _admit(self, subject: bytes, reply: bytes, headers: bytes | None, data: bytes) -> None:
         tokens = subject.split(b".")
         if subject == _PING:
             if reply:
                 self._send(b"PUB %s 2\r\n{}\r\n" % reply, 2)
             return
         if len(tokens) != 5 or tokens[2] == b"~" or tokens[3] == b"~":
-            self._refuse(reply, REFUSED, None, None, "?", f"{subject.decode(errors='replace')} is not "
-                         f"{GATE_PREFIX}.<jobQueue>.<quotaShare>.<Kind> of one quota share")  # fmt: skip
+            named = subject.decode(errors="replace")
+            self._refuse(reply, REFUSED, None, None, "?", f"{named} is not {GATE_PREFIX}."
+                         "<jobQueue>.<quotaShare>.<Kind> of one quota share")  # fmt: skip
             return
-        queue, share, kind = tokens[2].decode(), tokens[3].decode(), tokens[4].decode()
+        queue, share, kind = (token.decode(errors="replace") for token in tokens[2:])
         now = self.clock()
         reason = self.gate.admit((queue, share), kind, len(data), now)
         if reason is not None:
-            self._refuse(reply, THROTTLED if kind in GATED_COMMANDS else REFUSED, queue, share, kind, reason)
+            code = THROTTLED if kind in GATED_COMMANDS else REFUSED
+            self._refuse(reply, code, queue, share, kind, reason)
             return
         self.admitted += 1
         forward = _FORWARD + subject[len(_GATE):]
@@ -176,7 +195,8 @@ class AdmissionGate:
         self.lines.refused(queue or ANY, share or ANY, kind, reason)
         if not reply:
             return  # published without a reply subject: nobody to tell
-        answer = json.dumps({"error": {"code": code, "err_code": code, "description": reason}}).encode()
+        answer = json.dumps({"error": {"code": code, "err_code": code,
+                                       "description": reason}}).encode()  # fmt: skip
         self._send(b"PUB %s %d\r\n%s\r\n" % (reply, len(answer), answer), len(answer))
 
     def _send(self, frame: bytes, payload_bytes: int) -> None:

@@ -207,9 +207,9 @@ async def test_anything_but_a_shares_job_command_is_refused_by_the_gate(gated):
     bus = gated
     before = (await bus.js.stream_info(COMMANDS_STREAM)).state.last_seq
     for subject, payload in (
-        (gate_subject(command_subject("CreateQuotaShare", QUEUE, "qs1")), b'{"kind":"CreateQuotaShare"}'),
-        (gate_subject(command_subject("ReportJobStatus", QUEUE, "qs1")), b"{}"),
-        (gate_subject(command_subject("SubmitServiceJob")), json.dumps(submit("x", "qs1")).encode()),
+        (gate_of("qs1", "CreateQuotaShare"), b'{"kind":"CreateQuotaShare"}'),
+        (gate_of("qs1", "ReportJobStatus"), b"{}"),
+        (gate_subject(command_subject("SubmitServiceJob")), b"{}"),
         ("qm.in.gq.qs1.SubmitServiceJob.extra", b"{}"),
         ("qm.in.gq", b"{}"),
     ):  # fmt: skip
@@ -220,8 +220,8 @@ async def test_anything_but_a_shares_job_command_is_refused_by_the_gate(gated):
     assert (await bus.nc.request(GATE_PING, b"", timeout=5)).data == b"{}"
 
 
-async def test_over_the_limit_through_the_aws_endpoint_is_too_many_requests(gated, spawn,
-                                                                           nats_server):  # fmt: skip
+async def test_over_the_limit_through_the_aws_endpoint_is_too_many_requests(
+        gated, spawn, nats_server):  # fmt: skip
     import boto3
     from botocore.config import Config
     from botocore.exceptions import ClientError
@@ -257,3 +257,32 @@ async def test_over_the_limit_through_the_aws_endpoint_is_too_many_requests(gate
     facts = await read_facts(bus.js)
     assert sum(f["kind"] == "JobSubmitted" and f["jobName"].startswith("aws-") for f in facts) \
         <= accepted
+
+
+async def test_a_command_the_gate_fails_on_is_refused_and_the_gate_goes_on(nats_server, spawn):
+    """An error in the gate's handler (here its clock, once) must not reach nats-py's read
+    loop, which would stop the connection reading: that command is refused, the next passes."""
+    from quotasched.services.gate.service import AdmissionGate
+
+    scheduler = spawn("scheduler", **NO_TICKS)
+    calls = []
+
+    def clock() -> float:
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("a clock that fails once")
+        return time.time()
+
+    async with Bus(nats_server.url) as bus:
+        await wait_leading(scheduler)
+        await publish_items(bus, setup_commands(QUEUE, shares=SHARES, capacity=4))
+        gate = await AdmissionGate(bus.nc, clock=clock).start()
+        try:
+            with pytest.raises(GateRefused, match="the gate could not read this command"):
+                await bus.publish(submit("first", "qs1"))
+            seq = await bus.publish(submit("second", "qs1"))
+            fact = await wait_decided(bus.js, seq, processes=[scheduler])
+            assert fact["jobId"] == "second"
+            assert gate.errors == 1 and gate.admitted == 1
+        finally:
+            await gate.stop()

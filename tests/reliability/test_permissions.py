@@ -34,7 +34,14 @@ from quotasched.services.config.auth import read_credentials
 from quotasched.services.nats.bus import Unreachable, connect
 from quotasched.services.nats.embedded import EmbeddedServer
 from tests.integration.conftest import QUOTASCHED
-from tests.integration.helpers import NO_TICKS, NOTEBOOK, ROOT, eventually, wait_decided, wait_gate_open
+from tests.integration.helpers import (
+    NO_TICKS,
+    NOTEBOOK,
+    ROOT,
+    eventually,
+    wait_decided,
+    wait_gate_open,
+)
 from tests.integration.test_failover import wait_leading
 
 pytestmark = pytest.mark.nats
@@ -142,15 +149,15 @@ async def test_each_role_can_do_only_its_job(secured, spawn, tmp_path):
         async with Client(creds["pipeline-q-qs1"]) as pipeline:
             # its own share: submit, update and terminate, through the gate, are stored
             # (on the command stream's own subject) and decided
-            ack = await pipeline.js.publish(gate_subject(command_subject("SubmitServiceJob", "q", "qs1")),
+            ack = await pipeline.js.publish(team_subject("SubmitServiceJob", "q", "qs1"),
                                             submit("mine"), stream=COMMANDS_STREAM)  # fmt: skip
             stored = await admin.js.get_msg(COMMANDS_STREAM, ack.seq)
-            assert (stored.subject, stored.data) == (command_subject("SubmitServiceJob", "q", "qs1"),
-                                                     submit("mine"))  # fmt: skip
+            own = command_subject("SubmitServiceJob", "q", "qs1")
+            assert (stored.subject, stored.data) == (own, submit("mine"))
             await wait_decided(admin.js, ack.seq, processes=[scheduler])
             for kind, body in (("UpdateServiceJob", {"schedulingPriority": 5}),
                                ("TerminateServiceJob", {"reason": "done"})):  # fmt: skip
-                await pipeline.js.publish(gate_subject(command_subject(kind, "q", "qs1")), json.dumps(
+                await pipeline.js.publish(team_subject(kind, "q", "qs1"), json.dumps(
                     {"kind": kind, "jobId": "mine", **body}).encode(), stream=COMMANDS_STREAM)
             before = (await admin.js.stream_info(COMMANDS_STREAM)).state.last_seq
 
@@ -158,8 +165,8 @@ async def test_each_role_can_do_only_its_job(secured, spawn, tmp_path):
             # pass by the gate (straight into the command stream, even for its own share)
             refused = [
                 (command_subject("SubmitServiceJob", "q", "qs1"), submit("past-the-gate")),
-                (command_subject("TerminateServiceJob", "q", "qs1"), b'{"kind":"TerminateServiceJob"}'),
-                (gate_subject(command_subject("SubmitServiceJob", "q", "qs2")), submit("smuggled", "qs2")),
+                (command_subject("TerminateServiceJob", "q", "qs1"), b"{}"),
+                (team_subject("SubmitServiceJob", "q", "qs2"), submit("smuggled", "qs2")),
                 (command_subject("CreateQuotaShare", "q", "qs1"), b'{"kind":"CreateQuotaShare"}'),
                 (command_subject("UpdateQuotaShare", "q", "qs1"), b'{"kind":"UpdateQuotaShare"}'),
                 (command_subject("DeleteQuotaShare", "q", "qs2"), b'{"kind":"DeleteQuotaShare"}'),
@@ -208,7 +215,8 @@ async def test_each_role_can_do_only_its_job(secured, spawn, tmp_path):
             after = (await admin.js.stream_info(COMMANDS_STREAM)).state.last_seq
             stored = [await admin.js.get_msg(COMMANDS_STREAM, seq)
                       for seq in range(before + 1, after + 1)]  # fmt: skip
-            passed_on = {(subject.replace("qm.in.", "qm.cmd.", 1), data) for subject, data in refused}
+            passed_on = {(subject.replace("qm.in.", "qm.cmd.", 1), data)
+                         for subject, data in refused}  # fmt: skip
             reached = [(m.subject, m.data) for m in stored if (m.subject, m.data) in passed_on]
             assert not reached, f"a refused command reached the command stream: {reached}"
 
@@ -239,7 +247,7 @@ async def test_each_role_can_do_only_its_job(secured, spawn, tmp_path):
         # a pipeline's job runs on the executor, which reports it with its credentials, and
         # the projector (with its own) applies the whole log
         async with Client(creds["pipeline-q-qs2"]) as pipeline:
-            await pipeline.js.publish(gate_subject(command_subject("SubmitServiceJob", "q", "qs2")),
+            await pipeline.js.publish(team_subject("SubmitServiceJob", "q", "qs2"),
                                       submit("runs", "qs2"), stream=COMMANDS_STREAM)
 
         async def succeeded():
@@ -373,7 +381,7 @@ async def test_a_team_forging_the_next_tick_ids_does_not_stop_the_timers(secured
         await wait_decided(admin.js, ack.seq, processes=[scheduler])
         timed = {**json.loads(submit("timed")), "tags": {"duration": "600"},
                  "timeoutConfig": {"attemptDurationSeconds": 5}}  # fmt: skip
-        own = gate_subject(command_subject("SubmitServiceJob", "q", "qs1"))  # its headers pass on
+        own = team_subject("SubmitServiceJob", "q", "qs1")  # its headers pass on
         await pipeline.js.publish(own, json.dumps(timed).encode(), stream=COMMANDS_STREAM)
 
         async def status(job_id: str) -> str | None:

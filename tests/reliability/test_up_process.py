@@ -548,10 +548,10 @@ async def test_up_starts_its_gate_again_when_it_dies_and_stops_it_with_itself(tm
 
     [again] = await eventually(another_gate, 30, what="a new gate answering")
     assert "the gate ended; starting it again" in up.output()
+    need = [{"capacityUnit": "ml.g5.xlarge", "quantity": 1}]
     seqs = await decide(url, setup_commands("gg") + [(
         {"kind": "SubmitServiceJob", "jobId": "through", "jobName": "through", "jobQueue": "gg",
-         "quotaShareName": "alpha", "capacityUsage": [{"capacityUnit": "ml.g5.xlarge", "quantity": 1}]},
-        None)])  # fmt: skip
+         "quotaShareName": "alpha", "capacityUsage": need}, None)])  # fmt: skip
     async with Bus(url) as bus:
         assert any(fact.get("jobId") == "through" and fact["kind"] == "JobSubmitted"
                    for fact in await read_facts(bus.js)), seqs  # fmt: skip
