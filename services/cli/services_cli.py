@@ -502,13 +502,14 @@ def projector_command(
         raise typer.Exit(1 if isinstance(failed, ProjectorHalted) else 2)
 
 
-def gate_command(nats_url: NatsUrl = None) -> None:
+def gate_command(nats_url: NatsUrl = None, metrics_port: MetricsPort = None) -> None:
     """Run an admission gate: teams' job commands (qm.in.<queue>.<share>.<Kind>) go on to the
     command stream within their share's limits; the rest are answered with the limit they
     passed, and never stored.
 
     Run one or more beside the scheduler (they share the work, in one queue group); `up` runs
     one itself.  The limits are the shares' admission options, read from the fact log.
+    --metrics-port serves its counts (docs/metrics.md) and GET /healthz (healthy once open).
 
     Exit status: 0 stopped by a signal; 2 NATS unreachable.
     """
@@ -524,10 +525,13 @@ def gate_command(nats_url: NatsUrl = None) -> None:
         raise typer.Exit(2)
     logs.configure()
 
+    settings = _settings(nats_url, metrics_port=metrics_port)
+    metrics = None if metrics_port is None else (settings.metrics_host, metrics_port)
+
     async def run() -> None:
         stop = asyncio.Event()
         stop_on_signals(stop)
-        await serve(nats_url, stop)
+        await serve(nats_url, stop, metrics)
 
     try:
         asyncio.run(run())

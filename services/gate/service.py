@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections import Counter
 from collections.abc import Callable
 
 import structlog
@@ -52,6 +53,8 @@ GATE_GROUP = "quotasched-gate"  # the queue group every gate joins
 OPTIONS_FILTER = f"{FACTS_PREFIX}.*.*.{QuotaShareOptionsSet.model_fields['kind'].default}"
 OPTIONS_WAIT_S = 30.0  # reading the limits at start
 ERRORS_LOGGED = 10  # lines about commands the gate failed on (a bug); the rest are counted
+FAILED = "the gate could not read this command"  # the answer when the gate fails (a bug)
+LABELLED_SHARES = 1000  # (queue, share) pairs counted apart in the metrics; beyond, as ("*", "*")
 _FORWARD = COMMANDS_PREFIX.encode()
 _GATE = GATE_PREFIX.encode()
 _PING = GATE_PING.encode()
@@ -79,6 +82,10 @@ class AdmissionGate:
         self.admitted = 0
         self.refused = 0
         self.errors = 0
+        self.open = False
+        self.admitted_by_share: Counter[tuple[str, str]] = Counter()  # the metrics' counts
+        self.refused_by: Counter[tuple[str, str, str]] = Counter()  # (queue, share, reason)
+        self._labels: set[tuple[str, str]] = set()
         self.lines = GateRefusalLog(log, 5, 10.0)
         self._out: list[bytes] = []
         self._out_bytes = 0
@@ -90,10 +97,12 @@ class AdmissionGate:
         await self._follow_limits(wait)
         self._subs.append(await natsfix.raw_subscribe(self.nc, f"{GATE_PREFIX}.>", self._on_command,
                                                       queue=GATE_GROUP))  # fmt: skip
+        self.open = True
         log.info("gate open", subject=f"{GATE_PREFIX}.>", shares_with_limits=len(self.gate.limits))
         return self
 
     async def stop(self) -> None:
+        self.open = False
         for sub in self._subs:
             try:
                 await sub.unsubscribe()
@@ -154,8 +163,7 @@ class AdmissionGate:
                 log.error("the gate failed on a command; refused", error=repr(error),
                           subject=subject.decode(errors="replace"), errors=self.errors)  # fmt: skip
             if reply:
-                self._refuse(reply, REFUSED, None, None, "?",
-                             "the gate could not read this command")  # fmt: skip
+                self._refuse(reply, REFUSED, None, None, "?", FAILED)
 
     def _admit(self, subject: bytes, reply: bytes, headers: bytes | None, data: bytes) -> None:
         tokens = subject.split(b".")
@@ -176,6 +184,7 @@ class AdmissionGate:
             self._refuse(reply, code, queue, share, kind, reason)
             return
         self.admitted += 1
+        self.admitted_by_share[self._labelled(queue, share)] += 1
         forward = _FORWARD + subject[len(_GATE):]
         space = b" " + reply + b" " if reply else b" "
         if headers:
@@ -192,12 +201,25 @@ class AdmissionGate:
     def _refuse(self, reply: bytes, code: int, queue: str | None, share: str | None, kind: str,
                 reason: str) -> None:  # fmt: skip
         self.refused += 1
-        self.lines.refused(queue or ANY, share or ANY, kind, reason)
+        queue, share = queue or ANY, share or ANY
+        self.lines.refused(queue, share, kind, reason)
+        limit = (reason_class(reason) if code == THROTTLED else
+                 "failed" if reason == FAILED else "not a job command of one share")  # fmt: skip
+        self.refused_by[(*self._labelled(queue, share), limit)] += 1
         if not reply:
             return  # published without a reply subject: nobody to tell
         answer = json.dumps({"error": {"code": code, "err_code": code,
                                        "description": reason}}).encode()  # fmt: skip
         self._send(b"PUB %s %d\r\n%s\r\n" % (reply, len(answer), answer), len(answer))
+
+    def _labelled(self, queue: str, share: str) -> tuple[str, str]:
+        """The metrics' labels of a share: its own, for the first `LABELLED_SHARES` seen."""
+        key = (queue, share)
+        if key not in self._labels:
+            if len(self._labels) >= LABELLED_SHARES:
+                return ("*", "*")
+            self._labels.add(key)
+        return key
 
     def _send(self, frame: bytes, payload_bytes: int) -> None:
         self._out.append(frame)
@@ -223,16 +245,24 @@ class AdmissionGate:
 STREAMS_WAIT_S = 1.0  # between looks for the fact log, when the gate starts before it exists
 
 
-async def serve(url: str, stop: asyncio.Event) -> None:
-    """`quotasched gate`: one gate on its own connection until `stop` is set.  A gate started
-    before the scheduler created the streams waits for them (said once)."""
+async def serve(url: str, stop: asyncio.Event, metrics: tuple[str, int] | None = None) -> None:
+    """`quotasched gate`: one gate on its own connection until `stop` is set; `metrics`: serve
+    GET /metrics and /healthz on that (host, port) too.  A gate started before the scheduler
+    created the streams waits for them (said once)."""
     from nats.js.errors import NotFoundError
 
     from quotasched.services.nats.bus import connect
 
     nc = await connect(url, "quotasched-gate")
+    endpoint = None
     try:
         gate = AdmissionGate(nc)
+        if metrics is not None:
+            from quotasched.services.metrics.endpoint import MetricsEndpoint
+            from quotasched.services.metrics.gate_part import GatePart
+
+            endpoint = await MetricsEndpoint(*metrics).start()
+            endpoint.add(GatePart(gate))  # unhealthy until the gate is open
         told = False
         while not stop.is_set():
             try:
@@ -251,4 +281,6 @@ async def serve(url: str, stop: asyncio.Event) -> None:
         await stop.wait()
         await gate.stop()
     finally:
+        if endpoint is not None:
+            await endpoint.close()
         await nc.close()

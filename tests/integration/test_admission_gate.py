@@ -286,3 +286,45 @@ async def test_a_command_the_gate_fails_on_is_refused_and_the_gate_goes_on(nats_
             assert gate.errors == 1 and gate.admitted == 1
         finally:
             await gate.stop()
+
+
+async def test_the_gates_metrics_count_what_it_passed_and_refused_per_share(nats_server, spawn):
+    """`quotasched gate --metrics-port 0`: healthy once open; its counters equal what this test
+    saw happen (each publish's outcome), per share and per limit named."""
+    from tests.integration.test_metrics import endpoint_of, health, key, scrape
+
+    scheduler = spawn("scheduler", **NO_TICKS)
+    gate = spawn("gate", "--metrics-port", "0")
+    async with Bus(nats_server.url) as bus:
+        await wait_leading(scheduler)
+        await publish_items(bus, setup_commands(QUEUE, shares=SHARES, capacity=4))
+        seq = await bus.publish(limits("qs2", maxSubmissionsPerSecond=2))
+        await wait_decided(bus.js, seq, processes=[scheduler])
+        await wait_gate_open(gate)
+        base = await endpoint_of(gate)
+        status, document = await health(base)
+        assert status == 200 and document["gate"]["state"] == "open", document
+
+        async def shares_read():
+            metrics = await scrape(base)
+            return metrics.get(key("quotasched_gate_shares_with_limits")) == 1
+
+        await eventually(shares_read, 10, what="qs2's limits read by the gate")
+        outcomes = await asyncio.gather(*(bus.publish(submit(f"m-{i}", "qs2")) for i in range(12)),
+                                        *(bus.publish(submit(f"n-{i}", "qs1")) for i in range(3)),
+                                        return_exceptions=True)  # fmt: skip
+        with pytest.raises(APIError):
+            await bus.js.publish(gate_of("qs1", "Tick"), b"{}")
+        metrics = await scrape(base)
+    flood, other = outcomes[:12], outcomes[12:]
+    assert all(isinstance(outcome, int) for outcome in other)
+    passed = sum(isinstance(outcome, int) for outcome in flood)
+    assert metrics[key("quotasched_gate_commands_admitted_total", job_queue=QUEUE,
+                       quota_share="qs2")] == passed  # fmt: skip
+    assert metrics[key("quotasched_gate_commands_admitted_total", job_queue=QUEUE,
+                       quota_share="qs1")] == 3  # fmt: skip
+    assert metrics[key("quotasched_gate_commands_refused_total", job_queue=QUEUE, quota_share="qs2",
+                       reason="maxSubmissionsPerSecond")] == 12 - passed  # fmt: skip
+    assert metrics[key("quotasched_gate_commands_refused_total", job_queue=QUEUE, quota_share="qs1",
+                       reason="not a job command of one share")] == 1  # fmt: skip
+    assert metrics[key("quotasched_gate_failures_total")] == 0
