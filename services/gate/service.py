@@ -54,6 +54,8 @@ OPTIONS_FILTER = f"{FACTS_PREFIX}.*.*.{QuotaShareOptionsSet.model_fields['kind']
 OPTIONS_WAIT_S = 30.0  # reading the limits at start
 ERRORS_LOGGED = 10  # lines about commands the gate failed on (a bug); the rest are counted
 FAILED = "the gate could not read this command"  # the answer when the gate fails (a bug)
+MAX_UNSENT_BYTES = 32 * 1024 * 1024  # frames not yet written, at most (then shed)
+SHED_LOGGED_EVERY = 10_000  # one line per this many shed frames (and the first)
 LABELLED_SHARES = 1000  # (queue, share) pairs counted apart in the metrics; beyond, as ("*", "*")
 _FORWARD = COMMANDS_PREFIX.encode()
 _GATE = GATE_PREFIX.encode()
@@ -88,7 +90,9 @@ class AdmissionGate:
         self._labels: set[tuple[str, str]] = set()
         self.lines = GateRefusalLog(log, 5, 10.0)
         self._out: list[bytes] = []
-        self._out_bytes = 0
+        self._out_bytes = 0  # their payloads' bytes (nats-py's count)
+        self._unsent = 0  # frames' bytes queued here or being written
+        self.shed = 0
         self._flushing: asyncio.Task | None = None
         self._subs: list = []
         self._last_forget = 0.0
@@ -112,7 +116,8 @@ class AdmissionGate:
         if self._flushing is not None:
             await asyncio.shield(self._flushing)
         self.lines.close()
-        log.info("gate closed", admitted=self.admitted, refused=self.refused, failed=self.errors)
+        log.info("gate closed", admitted=self.admitted, refused=self.refused, failed=self.errors,
+                 shed=self.shed)  # fmt: skip
 
     # -- the limits, from the fact log --------------------------------------------------------
 
@@ -222,8 +227,18 @@ class AdmissionGate:
         return key
 
     def _send(self, frame: bytes, payload_bytes: int) -> None:
+        """Queue a frame for the next write; beyond `MAX_UNSENT_BYTES` not yet written (the
+        server reads from the gate slower than it delivers to it), shed it instead: the sender
+        gets no answer (its publish times out: nothing was stored), and memory stays bounded."""
+        if self._unsent + len(frame) > MAX_UNSENT_BYTES:
+            self.shed += 1
+            if self.shed == 1 or self.shed % SHED_LOGGED_EVERY == 0:
+                log.warning("the gate is sending slower than commands arrive; shedding",
+                            shed=self.shed, unsent_bytes=self._unsent)  # fmt: skip
+            return
         self._out.append(frame)
         self._out_bytes += payload_bytes
+        self._unsent += len(frame)
         if self._flushing is None:
             self._flushing = asyncio.get_running_loop().create_task(self._flush())
 
@@ -235,9 +250,10 @@ class AdmissionGate:
                 frames, sent = self._out, self._out_bytes
                 self._out, self._out_bytes = [], 0
                 await natsfix.send_frames(self.nc, frames, sent)
+                self._unsent -= sum(map(len, frames))
         except Exception as error:  # noqa: BLE001 - a closed connection: the senders time out
             log.warning("the gate could not send", error=repr(error), frames=len(self._out))
-            self._out, self._out_bytes = [], 0
+            self._out, self._out_bytes, self._unsent = [], 0, 0
         finally:
             self._flushing = None
 

@@ -35,6 +35,10 @@ class GatePart:
                 CounterMetricFamily("quotasched_gate_failures",
                                     "Commands the gate failed on (a bug), each refused.",
                                     value=gate.errors),
+                CounterMetricFamily("quotasched_gate_frames_shed",
+                                    "Answers and commands the gate dropped unsent: the server "
+                                    "read from it slower than it delivered to it.",
+                                    value=gate.shed),
                 GaugeMetricFamily("quotasched_gate_shares_with_limits",
                                   "Shares whose admission options the gate has read from the "
                                   "fact log (the others have the defaults).",

@@ -328,3 +328,27 @@ async def test_the_gates_metrics_count_what_it_passed_and_refused_per_share(nats
     assert metrics[key("quotasched_gate_commands_refused_total", job_queue=QUEUE, quota_share="qs1",
                        reason="not a job command of one share")] == 1  # fmt: skip
     assert metrics[key("quotasched_gate_failures_total")] == 0
+
+
+async def test_frames_beyond_the_unsent_bound_are_shed_not_kept(nats_server):
+    """Memory stays bounded when the gate writes slower than commands arrive: frames queued
+    within one turn of the loop (before its writer runs) beyond 32 MiB are dropped and
+    counted, and what was kept is then written."""
+    from quotasched.services.gate.service import MAX_UNSENT_BYTES, AdmissionGate
+
+    nc = Client()
+    await nc.connect(nats_server.url)
+    try:
+        gate = AdmissionGate(nc)
+        frame = b"PUB nowhere.at.all 1048576\r\n" + b"x" * (1 << 20) + b"\r\n"
+        count = MAX_UNSENT_BYTES // len(frame) + 5
+        for _ in range(count):
+            gate._send(frame, 1 << 20)
+        assert gate.shed == count - MAX_UNSENT_BYTES // len(frame)
+        assert gate._unsent <= MAX_UNSENT_BYTES
+        await eventually(lambda: asyncio.sleep(0, gate._flushing is None), 10, what="written")
+        assert gate._unsent == 0
+        gate._send(frame, 1 << 20)  # room again
+        assert gate.shed == 5
+    finally:
+        await nc.close()
