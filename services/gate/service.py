@@ -33,7 +33,7 @@ import structlog
 from nats.aio.client import Client
 
 from quotasched.events.codec import DecodeError, decode_fact
-from quotasched.events.facts import QuotaShareOptionsSet
+from quotasched.events.facts import QuotaShareDeleted, QuotaShareOptionsSet
 from quotasched.events.subjects import (
     ANY,
     COMMANDS_PREFIX,
@@ -50,7 +50,10 @@ from quotasched.services.scheduler.refusals import BudgetedLines, reason_class
 log = structlog.get_logger("quotasched.gate")
 
 GATE_GROUP = "quotasched-gate"  # the queue group every gate joins
-OPTIONS_FILTER = f"{FACTS_PREFIX}.*.*.{QuotaShareOptionsSet.model_fields['kind'].default}"
+# The facts that set a share's limits: its options, and its deletion (a share created again
+# under the same name starts from the defaults, as the core's does).
+LIMIT_FILTERS = tuple(f"{FACTS_PREFIX}.*.*.{kind.model_fields['kind'].default}"
+                      for kind in (QuotaShareOptionsSet, QuotaShareDeleted))  # fmt: skip
 OPTIONS_WAIT_S = 30.0  # reading the limits at start
 ERRORS_LOGGED = 10  # lines about commands the gate failed on (a bug); the rest are counted
 FAILED = "the gate could not read this command"  # the answer when the gate fails (a bug)
@@ -122,13 +125,18 @@ class AdmissionGate:
     # -- the limits, from the fact log --------------------------------------------------------
 
     async def _follow_limits(self, wait: float) -> None:
-        """Follow every `QuotaShareOptionsSet` from the log's start; return once those stored
-        before now are applied (at most `wait` seconds: then the defaults stand in)."""
+        """Follow every `QuotaShareOptionsSet` and `QuotaShareDeleted` from the log's start (one
+        ordered consumer each; per share, a fact older than the last applied is ignored, so the
+        two keep the log's order); return once those stored before now are applied (at most
+        `wait` seconds: then the defaults stand in)."""
         js = self.nc.jetstream()
-        info = await js.stream_info(FACTS_STREAM, subjects_filter=OPTIONS_FILTER)
-        stored = sum((info.state.subjects or {}).values())
+        stored = 0
+        for subject_filter in LIMIT_FILTERS:
+            info = await js.stream_info(FACTS_STREAM, subjects_filter=subject_filter)
+            stored += sum((info.state.subjects or {}).values())
         applied = asyncio.Event()
         seen = 0
+        latest: dict[tuple[str, str], int] = {}  # share -> stream seq of the fact applied
 
         async def on_fact(msg) -> None:
             nonlocal seen
@@ -136,15 +144,18 @@ class AdmissionGate:
             try:
                 fact = decode_fact(msg.data)
             except DecodeError as error:
-                log.warning("an options fact the gate cannot read", error=str(error))
+                log.warning("a share's limits fact the gate cannot read", error=str(error))
             else:
-                if isinstance(fact, QuotaShareOptionsSet):
-                    self.gate.set_limits((fact.job_queue, fact.quota_share_name), fact.options)
+                share, seq = (fact.job_queue, fact.quota_share_name), msg.metadata.sequence.stream
+                if seq > latest.get(share, 0):
+                    latest[share] = seq
+                    self.gate.set_limits(share, getattr(fact, "options", None))
             if seen >= stored:
                 applied.set()
 
-        self._subs.append(await js.subscribe(OPTIONS_FILTER, stream=FACTS_STREAM,
-                                                ordered_consumer=True, cb=on_fact))
+        for subject_filter in LIMIT_FILTERS:
+            self._subs.append(await js.subscribe(subject_filter, stream=FACTS_STREAM,
+                                                    ordered_consumer=True, cb=on_fact))  # fmt: skip
         if stored == 0:
             applied.set()
         try:

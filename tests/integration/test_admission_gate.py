@@ -352,3 +352,27 @@ async def test_frames_beyond_the_unsent_bound_are_shed_not_kept(nats_server):
         assert gate.shed == 5
     finally:
         await nc.close()
+
+
+async def test_a_share_deleted_and_created_again_starts_from_the_default_limits(gated):
+    """qs2 had 5 submissions a second.  Deleted and created again under the same name it has
+    no options, so the core applies the defaults (10,000 a second): the gate must too, not the
+    deleted share's 5."""
+    bus = gated
+    share = next(command for command, _ in setup_commands(QUEUE, shares=SHARES, capacity=4)
+                 if command.get("quotaShareName") == "qs2")  # fmt: skip
+    for command in ({"kind": "UpdateQuotaShare", "jobQueue": QUEUE, "quotaShareName": "qs2",
+                     "state": "DISABLED"},
+                    {"kind": "DeleteQuotaShare", "jobQueue": QUEUE, "quotaShareName": "qs2"},
+                    {key: value for key, value in share.items() if key != "at"}):  # fmt: skip
+        seq = await bus.publish(command)
+        fact = await wait_decided(bus.js, seq, processes=[bus.scheduler])
+        assert fact["kind"] != "CommandRejected", fact
+
+    async def defaults_again():
+        outcomes = await asyncio.gather(*(bus.publish(submit(f"again-{time.time_ns()}-{i}", "qs2"))
+                                          for i in range(3 * PER_SECOND)),
+                                        return_exceptions=True)  # fmt: skip
+        return all(isinstance(outcome, int) for outcome in outcomes)
+
+    await eventually(defaults_again, 10, what="qs2 back to the default limits at the gate")
