@@ -73,6 +73,8 @@ def apply(
     command stops everything before anything is published (exit 2), unless --keep-invalid.
     --wait waits for the decisions of every line (Tick lines excepted: they decide nothing
     unless a timer fires), lists the refused ones on stderr and exits 1 if there are any.
+    A line the admission gate refuses for its share's rate (a team's file over
+    maxSubmissionsPerSecond) is sent again, for up to --wait-timeout, then exit 1.
     """
     try:
         lines = _read_lines(file)
@@ -179,7 +181,7 @@ async def _publish_line(bus, line: _Line, file_routes: dict, derived: list[int],
         route = file_routes.get(command.job_id) or decisions.routes.get(command.job_id)
         if route is None:
             route = await _route_of(bus, command.job_id, derived, decisions, timeout)
-    return await publish(bus, line.raw, route, decisions)
+    return await publish(bus, line.raw, route, decisions, throttled_wait=timeout)
 
 
 async def _route_of(bus, job_id: str, derived: list[int], decisions: Decisions,

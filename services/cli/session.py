@@ -120,15 +120,29 @@ def checked(operation: str, command: dict[str, Any]) -> dict[str, Any]:
     return command
 
 
+THROTTLED_FIRST_WAIT_S, THROTTLED_MOST_WAIT_S = 0.1, 1.0  # sending again after a gate's 429
+
+
 async def publish(bus, command: dict[str, Any], route: tuple | None = None,
-                  decisions=None) -> int:  # fmt: skip
-    """Publishes (`decisions`: following its facts from before, `services.client.Bus.publish`)."""
+                  decisions=None, throttled_wait: float = 0.0) -> int:  # fmt: skip
+    """Publishes (`decisions`: following its facts from before, `services.client.Bus.publish`).
+    `throttled_wait`: for that many seconds, a command the admission gate refuses for its
+    share's rate is sent again (after 0.1 s, doubling to 1 s), as the AWS SDKs retry a 429."""
     from nats.js.errors import NoStreamResponseError, NotFoundError
 
     from quotasched.services.client import ClientError, GateRefused
 
+    loop = asyncio.get_running_loop()
+    end, pause = loop.time() + throttled_wait, THROTTLED_FIRST_WAIT_S
     try:
-        return await bus.publish(command, route, decisions)
+        while True:
+            try:
+                return await bus.publish(command, route, decisions)
+            except GateRefused as error:
+                if not error.throttled or loop.time() + pause > end:
+                    raise
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, THROTTLED_MOST_WAIT_S)
     except GateRefused as error:  # over its share's limits: nothing stored
         raise Failure(f"quotasched: refused at the admission gate: {error}", EXIT_REFUSED) from None
     except ClientError as error:  # a pipeline's credentials could not follow its facts

@@ -376,3 +376,42 @@ async def test_a_share_deleted_and_created_again_starts_from_the_default_limits(
         return all(isinstance(outcome, int) for outcome in outcomes)
 
     await eventually(defaults_again, 10, what="qs2 back to the default limits at the gate")
+
+
+async def test_apply_sends_a_line_the_gate_throttles_again_and_every_line_is_accepted(
+        gated, nats_server, tmp_path):  # fmt: skip
+    """`quotasched apply` of 12 submissions to qs2 (5 a second) at once: the gate refuses what
+    is over the rate, apply sends it again, and all 12 are accepted, in the file's order."""
+    import subprocess
+
+    from tests.integration.conftest import QUOTASCHED
+
+    bus = gated
+    path = tmp_path / "burst.jsonl"
+    path.write_text("".join(json.dumps(submit(f"file-{i:02d}", "qs2")) + "\n" for i in range(12)))
+    done = await asyncio.to_thread(
+        subprocess.run, [QUOTASCHED, "apply", str(path), "--wait", "--nats-url", nats_server.url],
+        capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "12 decided: 12 accepted, 0 refused" in done.stdout, done.stdout
+    facts = await read_facts(bus.js)
+    submitted = [f["jobId"] for f in facts if f["kind"] == "JobSubmitted"
+                 and f["jobId"].startswith("file-")]  # fmt: skip
+    assert submitted == [f"file-{i:02d}" for i in range(12)]
+    assert "command refused at the gate" in bus.gate.output()  # it was throttled on the way
+
+
+async def test_apply_without_time_left_exits_1_naming_the_limit(gated, nats_server, tmp_path):
+    import subprocess
+
+    from tests.integration.conftest import QUOTASCHED
+
+    path = tmp_path / "burst.jsonl"
+    path.write_text("".join(json.dumps(submit(f"late-{i:02d}", "qs2")) + "\n" for i in range(40)))
+    done = await asyncio.to_thread(
+        subprocess.run, [QUOTASCHED, "apply", str(path), "--wait-timeout", "0.1",
+                         "--nats-url", nats_server.url],
+        capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert ("quotasched: refused at the admission gate: Quota share qs2 already had 5 submissions "
+            "in this second, its limit maxSubmissionsPerSecond of 5") in done.stderr, done.stderr
