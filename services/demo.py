@@ -86,11 +86,11 @@ async def run_demo(console: Console, pause_s: float = 1.0, serve: bool = False,
         async with Stack(settings, executor=executor, speed=1.0, aws_port=0, agent=agent,
                          executor_state_dir=data_dir, web_port=0,
                          projector_db=os.path.join(data_dir, "quotasched.duckdb"),
-                         stop_jobs=agent is not None) as stack:  # fmt: skip
+                         stop_jobs=agent is not None, gate=True) as stack:  # fmt: skip
             what = ("the GPU agent on fake GPUs 0, 1, 2" if agent is not None
                     else "simulated executor")  # fmt: skip
             console.print(f"[bold]Embedded stack up[/] at {stack.url} "
-                          f"(nats-server, scheduler, {what})")  # fmt: skip
+                          f"(nats-server, scheduler, admission gate, {what})")  # fmt: skip
             console.print(f"AWS_ENDPOINT_URL_BATCH={stack.endpoint.url}", highlight=False,
                           soft_wrap=True)  # fmt: skip
             console.print(f"WEB={stack.web.url}", highlight=False, soft_wrap=True)

@@ -23,6 +23,14 @@ class LogSettingError(ValueError):
     """QUOTASCHED_LOG_LEVEL or QUOTASCHED_LOG_FORMAT names no level or format."""
 
 
+_configured: dict[str, str] = {}  # the level `configure` chose last (a child logs at it too)
+
+
+def configured_level() -> str | None:
+    """The level this process logs at (None before `configure`)."""
+    return _configured.get("level")
+
+
 def configure(level: str = "INFO", json: bool | None = None) -> None:
     """Readable lines on standard error when it is a terminal (a person watches), JSON lines
     otherwise (a file, a pipe, a log collector).  QUOTASCHED_LOG_LEVEL (DEBUG, INFO, WARNING,
@@ -36,6 +44,7 @@ def configure(level: str = "INFO", json: bool | None = None) -> None:
         if chosen and chosen not in FORMATS:
             raise LogSettingError(f"{FORMAT_ENV}={chosen!r}: expected json or console")
         json = chosen == "json" if chosen else not sys.stderr.isatty()
+    _configured["level"] = level
     renderer = (structlog.processors.JSONRenderer() if json
                 else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty()))  # fmt: skip
     structlog.configure(

@@ -15,6 +15,7 @@ from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 
 from quotasched.events.subjects import GATE_PING
+from quotasched.services import logs
 from quotasched.services.nats.embedded import die_with_parent
 
 log = structlog.get_logger("quotasched.gate")
@@ -53,10 +54,15 @@ class GateProcess:
         return self
 
     def _spawn(self) -> None:
+        """The child logs at this process's level (`demo`'s WARNING, `up`'s INFO), unless
+        QUOTASCHED_LOG_LEVEL says otherwise."""
+        env = {**os.environ, "QUOTASCHED_NATS_URL": self.url}
+        level = logs.configured_level()
+        if level is not None:
+            env.setdefault(logs.LEVEL_ENV, level)
         self.process = subprocess.Popen(
             [sys.executable, "-m", "quotasched.services.cli.main", "gate", "--nats-url", self.url],
-            stdin=subprocess.DEVNULL, env={**os.environ, "QUOTASCHED_NATS_URL": self.url},
-            preexec_fn=die_with_parent())  # fmt: skip
+            stdin=subprocess.DEVNULL, env=env, preexec_fn=die_with_parent())  # fmt: skip
 
     async def _keep(self) -> None:
         """Start the gate again whenever it ends while `up` runs."""
