@@ -156,3 +156,16 @@ def test_soak_injects_one_fault_of_each_kind_and_holds_every_check():
                      r"1 nats-server SIGKILL, 1 disk full;", out), out  # fmt: skip
     assert "commands with facts lost: 0; duplicated facts: 0;" in out, out
     assert len(re.findall(r"^  ok   ", out, re.M)) == 6 and "FAIL" not in out, out
+
+
+def test_gate_bench_prints_the_cost_of_a_refusal_and_of_a_round_trip():
+    out = run_bench("gate_bench.py", "--smoke")
+    assert re.search(r"^refusals: 2,000 submissions to a share over its limit, ([\d,]+) refused, "
+                     r"(\d+) stored; gate CPU [\d.]+ us a refusal; [\d,]+ answered a second$",
+                     out, re.M), out  # fmt: skip
+    refused, stored = (int(n.replace(",", "")) for n in re.search(
+        r"([\d,]+) refused, (\d+) stored", out).groups())  # fmt: skip
+    assert refused + stored == 2000 and stored <= 5, out  # 1 a second passes
+    assert re.search(r"^round trips \(100 each, one at a time\): through the gate p50 [\d.]+ ms "
+                     r"p99 [\d.]+ ms; straight into the stream p50 [\d.]+ ms p99 [\d.]+ ms; "
+                     r"ratio p50 [\d.]+x p99 [\d.]+x$", out, re.M), out  # fmt: skip
