@@ -4,7 +4,10 @@
     .venv/bin/python benchmarks/read_pressure_bench.py --smoke    # tiny sizes, seconds (CI)
 
 Options: --backlog N (jobs queued in the read queue), --rate R (the writer's submissions/s),
---seconds S (per phase), --readers K (concurrent readers).
+--seconds S (per phase), --readers K (concurrent readers), --readers-nice N (the readers'
+process at niceness N: on this one machine the readers' own work, parsing answers of up to
+1 MiB, takes CPU the scheduler would have; a team's readers run on its own machines, so
+`--readers-nice 19` leaves what the reads cost the service itself).
 
 One embedded nats-server (services.nats.embedded, the real binary, a fresh temporary store) and
 one `quotasched scheduler` subprocess, as benchmarks/live_bench.py starts them.  One job queue
@@ -29,6 +32,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import subprocess
 import sys
 import time
@@ -180,7 +184,7 @@ def pct(values: list[float], q: float) -> float:
 async def run(args) -> int:
     print(f"machine: {machine_info()}")
     print(f"backlog {args.backlog} jobs; writer {args.rate}/s for {args.seconds}s per phase; "
-          f"{args.readers} readers")  # fmt: skip
+          f"{args.readers} readers at niceness {args.readers_nice}")  # fmt: skip
     with Server() as server:
         await ensure_streams(server.url)
         nc = await connect(server.url, "read-pressure-bench")
@@ -212,7 +216,8 @@ async def run(args) -> int:
             readers = subprocess.Popen(
                 [sys.executable, __file__, "--read", server.url, "--readers", str(args.readers),
                  "--seconds", str(args.seconds + 1.0)],
-                stdout=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
+                stdout=subprocess.PIPE, text=True, start_new_session=True,
+                preexec_fn=(lambda: os.nice(args.readers_nice)) if args.readers_nice else None)  # fmt: skip
             await asyncio.sleep(1.0)  # the readers connected and at full speed first
             pressed = await paced(js, writer_items(count, "pressed"), args.rate, warmup, arrived,
                                   "under read pressure")  # fmt: skip
@@ -250,6 +255,8 @@ def main() -> int:
     parser.add_argument("--rate", type=float, default=None)
     parser.add_argument("--seconds", type=float, default=None)
     parser.add_argument("--readers", type=int, default=None)
+    parser.add_argument("--readers-nice", type=int, default=0, choices=range(0, 20),
+                        metavar="0-19", help="the readers' process niceness")
     # the readers' own process
     parser.add_argument("--read", metavar="NATS_URL", help=argparse.SUPPRESS)
     args = parser.parse_args()

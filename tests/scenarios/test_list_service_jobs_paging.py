@@ -10,7 +10,7 @@ import random
 import pytest
 
 from quotasched.services.scheduler.api import answer
-from quotasched.services.scheduler.reads import ReadIndex, select
+from quotasched.services.scheduler.reads import ReadIndex, Selection, select
 from tests.builders import Cluster
 
 STATUSES = ("RUNNABLE", "SCHEDULED", "RUNNING", "SUCCEEDED", "FAILED")
@@ -194,7 +194,10 @@ def test_a_deferred_page_encodes_to_the_bytes_of_its_document():
                                                      "maxResults": 240}, None, 1024 * 1024, True)
     page = deferred["jobSummaryList"]
     steps = sum(1 for _ in page.steps())
-    assert steps == 240 // page.CHUNK - 1 and "nextToken" in page.document()
+    # the selection pauses every Selection.STEP jobs examined (241: the page and one more to
+    # know there is a next page), then the encoding every CHUNK summaries
+    assert steps == 241 // Selection.STEP + 240 // page.CHUNK - 1
+    assert "nextToken" in page.document()
     assert page.encode() == json.dumps(page.document()).encode()
     assert page.document() == answer(c.state, "list-service-jobs", {
         "jobQueue": "q", "jobStatus": "ALL", "maxResults": 240})
