@@ -48,6 +48,8 @@ log = logs.get("quotasched.scheduler")
 TICK = b'{"kind":"Tick"}'
 READ_LIGHT_S = 0.002  # a read that took longer is heavy: the next waits (see `_on_request`)
 READ_REST_MAX_S = 0.1  # the longest rest after a heavy read
+HEAVY_VERBS = frozenset({"list-service-jobs"})  # answered in turn by one task; the rest at once
+HEAVY_WAITING = 64  # list requests waiting at most; beyond, one is told to come back later
 CONSUMER_CHECK_S = 3.0  # how often a term asks whether its command consumer still exists
 
 
@@ -81,6 +83,7 @@ class Scheduler(Writer):
         self._term_ended = 0.0  # when this instance's last term ended (monotonic)
         self._reads: ReadIndex | None = None  # the read side's index of the term's jobs
         self._reads_lock = asyncio.Lock()  # one catch-up of it at a time
+        self._heavy: asyncio.Queue = asyncio.Queue()  # list requests waiting for their turn
 
     # -- terms of office ---------------------------------------------------------------------
 
@@ -190,7 +193,8 @@ class Scheduler(Writer):
         api = await self.nc.subscribe(api_subject(self.scope), queue="qm-api", cb=self._on_request)
         self.leading.set()
         tasks = [asyncio.create_task(self._renew(stop)), asyncio.create_task(self._tick(stop)),
-                 asyncio.create_task(self._watch_consumer(stop))]  # fmt: skip
+                 asyncio.create_task(self._watch_consumer(stop)),
+                 asyncio.create_task(self._heavy_reads())]  # fmt: skip
         self._handing_over = False
         try:
             await self._write(inbox, stop, tasks, appender)
@@ -350,6 +354,32 @@ class Scheduler(Writer):
                               headers={"Nats-Msg-Id": f"{msg_id}:{secrets.token_hex(8)}"})
 
     async def _on_request(self, msg) -> None:
+        """A read request: a list waits for its turn (`_heavy_reads`), anything else is answered
+        at once, so that a team's heaviest reads never hold up another's describe.  Beyond
+        `HEAVY_WAITING` lists waiting, a list is told to come back later."""
+        if parse_api_subject(msg.subject)[2] not in HEAVY_VERBS:
+            await self._answer(msg)
+        elif self._heavy.qsize() < HEAVY_WAITING:
+            self._heavy.put_nowait(msg)
+        elif msg.reply:
+            busy = {"error": {"type": "TooManyRequestsException", "message": (
+                f"the scheduler has {HEAVY_WAITING} list requests waiting; retry later")}}
+            try:
+                await msg.respond(json.dumps(busy).encode())
+            except Exception as error:
+                log.error("read answer not sent", subject=msg.subject, error=repr(error))
+
+    async def _heavy_reads(self) -> None:
+        """The lists, one at a time, for as long as the term lasts (what waits at its end is
+        dropped: its askers time out and ask the next leader)."""
+        try:
+            while True:
+                await self._answer(await self._heavy.get())
+        finally:
+            while not self._heavy.empty():
+                self._heavy.get_nowait()
+
+    async def _answer(self, msg) -> None:
         """Read answers from the decided state (it may be one batch ahead of the log).
 
         A request's work is bounded (see reads.py), and the jobs its index has not seen yet
@@ -357,7 +387,8 @@ class Scheduler(Writer):
         long; an answer never exceeds the server's max_payload (lists are paged to fit it)."""
         queue, share, verb = parse_api_subject(msg.subject)  # a team's: with its share
         max_bytes = self.nc.max_payload
-        started = time.perf_counter()
+        clock = time.perf_counter
+        started, work = clock(), 0.0  # `work`: the read's own time, its pauses left out
         try:
             request = json.loads(msg.data or b"{}")
             if self.recovered is None:
@@ -366,9 +397,11 @@ class Scheduler(Writer):
             response = answer_in(self.scope, self.recovered.state, verb, request, queue, share,
                                  reads, max_bytes, defer=True)  # fmt: skip
             page = response.get("jobSummaryList") if isinstance(response, dict) else None
-            if isinstance(page, JobPage):  # encoded a chunk at a time, the decisions between
+            if isinstance(page, JobPage):  # a step at a time, the decisions between
                 for _ in page.steps():
+                    work += clock() - started
                     await asyncio.sleep(0)
+                    started = clock()
                 encoded = page.encode()
             else:
                 encoded = json.dumps(response).encode()
@@ -389,9 +422,10 @@ class Scheduler(Writer):
         except Exception as error:
             log.error("read answer not sent", subject=msg.subject, error=repr(error))
         # Reads are answered one at a time (one subscription); resting as long as a heavy
-        # read took before the next one leaves the decisions at least half of the loop (and
-        # of the process's core), however hard a team reads.  Light reads do not rest.
-        took = time.perf_counter() - started
+        # read worked before the next one leaves the decisions at least half of the loop (and
+        # of the process's core), however hard a team reads.  Light reads do not rest.  Its
+        # pauses are not counted: a read is not made to rest for the decisions run meanwhile.
+        took = work + clock() - started
         if took > READ_LIGHT_S:
             await asyncio.sleep(min(took, READ_REST_MAX_S))
 
