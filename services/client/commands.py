@@ -30,6 +30,11 @@ class ClientError(Exception):
     """The scheduler refused a command or a request (AWS's ClientException)."""
 
 
+class SchedulerBusy(ClientError):
+    """The scheduler has as many list requests waiting as it takes: ask again later (AWS's
+    TooManyRequestsException)."""
+
+
 class GateRefused(ClientError):
     """The admission gate (services/gate) refused a command before the command stream: over its
     share's limits (`throttled`: AWS's TooManyRequestsException, to be sent again later), or

@@ -43,6 +43,7 @@ from quotasched.services.client.commands import (
     ClientError,
     Decisions,
     GateRefused,
+    SchedulerBusy,
     as_command,
     raise_if_rejected,
 )
@@ -96,6 +97,8 @@ class Bus:
             answer = merge(verb, [a for a in await asyncio.gather(*asked) if a is not None])
         if isinstance(answer, dict) and "error" in answer:
             message = answer["error"]["message"]
+            if answer["error"].get("type") == "TooManyRequestsException":
+                raise SchedulerBusy(message)
             if verb == "describe-service-job" and message.endswith("does not exist"):
                 kept = await self._forgotten_job(params)
                 if kept is not None:

@@ -100,11 +100,14 @@ async def _ask(bus, verb: str, **params: Any) -> dict[str, Any]:
     from nats.errors import NoRespondersError
 
     from quotasched.services.client import ClientError
+    from quotasched.services.client.commands import SchedulerBusy
     from quotasched.services.client.reads import RESPONDER_WAIT_S
 
     try:
         return await bus.request(verb, timeout=READ_WAIT_S,
                                  **{k: v for k, v in params.items() if v is not None})
+    except SchedulerBusy as error:  # its lists queue is full: the SDKs retry a 429
+        raise Refused(str(error), 429, "TooManyRequestsException") from None
     except ClientError as error:
         raise Refused(str(error)) from None
     except NoRespondersError:

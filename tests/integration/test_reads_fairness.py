@@ -67,3 +67,10 @@ async def test_beyond_64_waiting_lists_one_is_told_to_come_back_later(crowded):
     assert {answer["error"]["type"] for answer in busy} == {"TooManyRequestsException"}
     assert busy[0]["error"]["message"] == ("the scheduler has 64 list requests waiting; "
                                            "retry later")  # fmt: skip
+    # the Python client tells it apart from a refusal (the endpoint answers it with a 429)
+    from quotasched.services.client.commands import SchedulerBusy
+
+    asked = [bus.request("list-service-jobs", **HEAVY) for _ in range(120)]
+    outcomes = await asyncio.gather(*asked, return_exceptions=True)
+    assert any(isinstance(outcome, SchedulerBusy) for outcome in outcomes), outcomes[:3]
+    assert all(isinstance(outcome, (dict, SchedulerBusy)) for outcome in outcomes)

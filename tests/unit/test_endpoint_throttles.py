@@ -118,6 +118,16 @@ async def test_an_error_the_scheduler_answers_stays_a_client_exception():
     assert refused.value.message == "Job j1 does not exist"
 
 
+async def test_a_scheduler_whose_lists_queue_is_full_is_a_throttle():
+    from quotasched.services.client.commands import SchedulerBusy
+
+    message = "the scheduler has 64 list requests waiting; retry later"
+    with pytest.raises(Refused) as refused:
+        await perform(FailingBus(SchedulerBusy(message)), "ListServiceJobs", {"jobQueue": "q"})
+    assert (refused.value.status, refused.value.kind) == (429, "TooManyRequestsException")
+    assert refused.value.message == message
+
+
 async def test_a_throttled_job_of_a_bulk_termination_is_never_counted_as_not_found():
     """TerminateServiceJobs counts a job it cannot find as successful (AWS's rule): a
     scheduler that did not answer must throttle the request, not claim success."""
