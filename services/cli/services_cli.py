@@ -185,8 +185,8 @@ def up(
     run_as: RunAs = None,
     stop_jobs: StopJobs = False,
 ) -> None:
-    """Start everything: nats-server (unless --nats-url), the scheduler, the projector and an
-    executor.
+    """Start everything: nats-server (unless --nats-url), the scheduler, the admission gate,
+    the projector and an executor.
 
     The first line printed is the NATS URL to point the CLI and clients at; the second,
     `AWS_ENDPOINT_URL_BATCH=http://127.0.0.1:PORT`, the AWS Batch endpoint for the real AWS CLI
@@ -196,7 +196,8 @@ def up(
     (--stop-jobs stops them too); starting again on the same --data-dir resumes where it
     stopped and follows those jobs to their end.  The projector
     keeps --db up to date with the fact log and answers queries over NATS (qm.proj.*); while it
-    runs, no other process can open that file.
+    runs, no other process can open that file.  The admission gate, which teams'
+    job commands pass (qm.in.*), runs as a child process, started again if it ends.
 
     One --data-dir, one `up`: a second one on the same directory is refused (exit 2).  The
     embedded server stops with `up`, however `up` stops.  Exit status 2: the data directory or

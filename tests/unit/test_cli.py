@@ -497,7 +497,7 @@ def test_help_text_is_reflowed_not_broken_where_the_source_line_was():
     shown = run("up", "--help", env={"COLUMNS": "200"}).stdout.decode()
     assert "Ctrl-C stops it all cleanly" in shown
     listing = run("--help", env={"COLUMNS": "200"}).stdout.decode()
-    assert "the scheduler, the projector and an executor." in listing  # one line in the list
+    assert "the admission gate, the projector and an executor." in listing  # one line in the list
 
 
 def test_demo_offline_labels_each_share_value_it_narrates():
