@@ -50,10 +50,10 @@ SHARES = ROOT / "examples" / "shares.yaml"
 G5 = "ml.g5.xlarge"
 
 
-def submit(job_id: str, share: str = "qs1") -> bytes:
+def submit(job_id: str, share: str = "qs1", **more) -> bytes:
     return json.dumps({"kind": "SubmitServiceJob", "jobId": job_id, "jobName": job_id,
                        "jobQueue": "q", "quotaShareName": share, "schedulingPriority": 1,
-                       "capacityUsage": [{"capacityUnit": G5, "quantity": 1}]}).encode()
+                       "capacityUsage": [{"capacityUnit": G5, "quantity": 1}], **more}).encode()
 
 
 class Client:
@@ -148,12 +148,14 @@ async def test_each_role_can_do_only_its_job(secured, spawn, tmp_path):
 
         async with Client(creds["pipeline-q-qs1"]) as pipeline:
             # its own share: submit, update and terminate, through the gate, are stored
-            # (on the command stream's own subject) and decided
-            ack = await pipeline.js.publish(team_subject("SubmitServiceJob", "q", "qs1"),
-                                            submit("mine"), stream=COMMANDS_STREAM)  # fmt: skip
+            # (on the command stream's own subject) and decided; the job runs until terminated
+            # (the executor, at 1000x, would otherwise end it before the update arrives)
+            mine = submit("mine", tags={"duration": "600000"})
+            ack = await pipeline.js.publish(team_subject("SubmitServiceJob", "q", "qs1"), mine,
+                                            stream=COMMANDS_STREAM)  # fmt: skip
             stored = await admin.js.get_msg(COMMANDS_STREAM, ack.seq)
             own = command_subject("SubmitServiceJob", "q", "qs1")
-            assert (stored.subject, stored.data) == (own, submit("mine"))
+            assert (stored.subject, stored.data) == (own, mine)
             await wait_decided(admin.js, ack.seq, processes=[scheduler])
             for kind, body in (("UpdateServiceJob", {"schedulingPriority": 5}),
                                ("TerminateServiceJob", {"reason": "done"})):  # fmt: skip
