@@ -199,6 +199,9 @@ class AdmissionGate:
             code = THROTTLED if kind in GATED_COMMANDS else REFUSED
             self._refuse(reply, code, queue, share, kind, reason)
             return
+        if now - self._last_forget >= 10.0:  # before the frame is queued: nothing may fail after
+            self._last_forget = now
+            self.gate.forget(now)
         self.admitted += 1
         self.admitted_by_share[self._labelled(queue, share)] += 1
         forward = _FORWARD + subject[len(_GATE):]
@@ -210,9 +213,6 @@ class AdmissionGate:
         else:
             self._send(b"".join((b"PUB ", forward, space, b"%d\r\n" % len(data), data, b"\r\n")),
                        len(data))  # fmt: skip
-        if now - self._last_forget >= 10.0:
-            self._last_forget = now
-            self.gate.forget(now)
 
     def _refuse(self, reply: bytes, code: int, queue: str | None, share: str | None, kind: str,
                 reason: str) -> None:  # fmt: skip
