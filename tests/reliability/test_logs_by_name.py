@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from quotasched.services.client import Bus
-from tests.integration.helpers import G5, eventually, publish_items, setup_commands
+from tests.integration.helpers import G5, eventually, publish_items, setup_commands, wait_decided
 from tests.integration.test_failover import wait_leading
 from tests.reliability.test_agent_fleet import ENVIRONMENT, QUEUE, start_agent
 
@@ -44,8 +44,11 @@ async def test_logs_finds_a_job_by_its_name(tmp_path, nats_server, spawn):
     scheduler = spawn("scheduler")
     async with Bus(nats_server.url) as bus:
         await wait_leading(scheduler)
-        await publish_items(bus, setup_commands(
+        seqs = await publish_items(bus, setup_commands(
             QUEUE, shares=[("team", 2, "RESERVE", "DISABLED")], capacity=1))  # fmt: skip
+        # decided before anything asks about the queue (a stored command may not be decided
+        # yet, and a list of a queue not created yet is refused, not retried)
+        await wait_decided(bus.js, seqs[-1], processes=[scheduler])
         start_agent(spawn, tmp_path, "h1", "0,1")
         script = tmp_path / "hello.py"
         script.write_text("print('hello from the named job', flush=True)\n")
