@@ -11,7 +11,6 @@ import gc
 import os
 import pickle
 import time
-import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -255,9 +254,8 @@ async def save_snapshot(nc: Client, partition: str,
 
 
 def encode_snapshot(image: tuple) -> bytes:
-    """Pickle, compressed: a state pickles to many repeated names and small ints, so zlib's
-    fastest level makes it ~6x smaller in a few percent of the pickling time, and the store
-    moves (and a restart fetches) a sixth of the bytes.  `image` ends with the state.
+    """Pickle, compressed with Zstandard's level 1 (`compress_snapshot`).  `image` ends with
+    the state.
 
     The jobs' tuples are pickled in runs of JOBS_PER_PICKLE, each run on its own: pickle
     remembers every string and tuple it wrote (its memo), and one memo over every job of a
@@ -277,10 +275,36 @@ def encode_snapshot(image: tuple) -> bytes:
         runs = [pickle.dumps(jobs[at:at + JOBS_PER_PICKLE], protocol)
                 for at in range(0, len(jobs), JOBS_PER_PICKLE)]  # fmt: skip
         fields = (*fields[:JOBS_AT], runs, *fields[JOBS_AT + 1:])
-        return zlib.compress(pickle.dumps((*image[:-1], fields), protocol), 1)
+        return compress_snapshot(pickle.dumps((*image[:-1], fields), protocol))
 
 
 JOBS_PER_PICKLE = 4096
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"  # a Zstandard frame's first bytes (RFC 8878)
+
+
+def compress_snapshot(raw: bytes) -> bytes:
+    """A state pickles to many repeated names and small ints: Zstandard's level 1 makes the
+    pickle about 4x smaller, so the store moves (and a restart fetches) a quarter of the bytes.
+
+    Zstandard, not zlib, because the snapshot child's encoding time is the length of a
+    restart's tail (facts appended meanwhile) and decompressing is part of every restart: the
+    110 MB pickle of a state of 551k jobs compressed in 0.21 s (zlib's level 1: 0.65 s) to
+    25.2 MB (26.5 MB), and decompressed in 0.09 s (0.26 s) (best of 3, 2026-12-05, this 2-core
+    machine)."""
+    import zstandard  # here, not at the top: most of the CLI never touches a snapshot
+
+    return zstandard.ZstdCompressor(level=1).compress(raw)
+
+
+def decompress_snapshot(payload: bytes | memoryview) -> bytes:
+    """The pickle a stored snapshot holds.  Raises on anything but a Zstandard frame (a
+    snapshot stored with zlib by a release before 2026-12-05 among them: the caller folds
+    the whole log once instead)."""
+    import zstandard
+
+    if bytes(payload[:4]) != ZSTD_MAGIC:
+        raise ValueError("not a Zstandard frame")
+    return zstandard.ZstdDecompressor().decompress(payload)
 
 
 def decode_snapshot(raw: bytes | memoryview) -> tuple | None:
@@ -342,7 +366,7 @@ async def load_snapshot(js: JetStreamContext, partition: str) -> Recovered | Non
     except DigestMismatchError:  # a damaged object: fold the whole log instead
         return None
     try:
-        image = decode_snapshot(zlib.decompress(buffer.getbuffer()))
+        image = decode_snapshot(decompress_snapshot(buffer.getbuffer()))
     except Exception:  # a damaged object: fold the whole log instead
         return None
     if image is None:

@@ -15,6 +15,7 @@ from quotasched.services.scheduler.log import (
     SNAPSHOT_VERSION,
     capture_snapshot,
     decode_snapshot,
+    decompress_snapshot,
     encode_snapshot,
 )
 
@@ -40,7 +41,7 @@ def test_a_capture_holds_the_state_of_its_moment_while_the_state_moves_on():
     assert canonical_state(state) != before
 
     version, fact_seq, decided_through, commands_through, last_refused, restored = decode_snapshot(
-        zlib.decompress(capture()))
+        decompress_snapshot(capture()))
     assert (version, fact_seq, decided_through) == (SNAPSHOT_VERSION, facts, half)
     assert commands_through == 0  # not given: no command beyond the recorded ones
     assert last_refused is False
@@ -53,7 +54,7 @@ def test_the_captured_bytes_are_the_encoded_state_and_decode_to_it():
     image = (SNAPSHOT_VERSION, facts, 7, 9, False, state)
     captured = capture_snapshot(recovered)()
     assert captured == encode_snapshot(image)
-    *head, restored = decode_snapshot(zlib.decompress(captured))
+    *head, restored = decode_snapshot(decompress_snapshot(captured))
     assert head == [SNAPSHOT_VERSION, facts, 7, 9, False]
     assert canonical_state(restored) == canonical_state(state)
 
@@ -65,7 +66,7 @@ def test_jobs_pickled_in_runs_come_back_whole_and_in_acceptance_order(monkeypatc
     state, facts = replayed((EXAMPLES / "two-teams-day.jsonl").read_bytes().splitlines())
     assert len(state.jobs) > 7 and len(state.jobs) % 3, "want several runs and a short last one"
     monkeypatch.setattr(log, "JOBS_PER_PICKLE", 3)
-    raw = zlib.decompress(encode_snapshot((SNAPSHOT_VERSION, facts, 1, 2, True, state)))
+    raw = decompress_snapshot(encode_snapshot((SNAPSHOT_VERSION, facts, 1, 2, True, state)))
     runs = pickle.loads(raw)[-1][log.JOBS_AT]
     assert [len(pickle.loads(run)) for run in runs] == \
         [3] * (len(state.jobs) // 3) + [len(state.jobs) % 3]
@@ -74,6 +75,25 @@ def test_jobs_pickled_in_runs_come_back_whole_and_in_acceptance_order(monkeypatc
     assert [job.seq for job in restored.jobs.values()] == sorted(job.seq for job in state.jobs.values())
     assert all(restored.jobs[job_id].snapshot() == job.snapshot() for job_id, job in state.jobs.items())
     assert canonical_state(restored) == canonical_state(state)
+
+
+def test_snapshots_are_zstandard_and_a_zlib_one_is_refused_so_the_whole_log_is_folded():
+    """Snapshots are compressed with Zstandard (its frame magic, RFC 8878).  One stored with
+    zlib by a release before (the same pickle inside) is refused, as is anything damaged, and
+    `load_snapshot` then folds the whole log once."""
+    state, facts = replayed((EXAMPLES / "notebook.jsonl").read_bytes().splitlines())
+    stored = encode_snapshot((SNAPSHOT_VERSION, facts, 1, 2, False, state))
+    assert stored[:4] == bytes.fromhex("28b52ffd")
+    raw = decompress_snapshot(memoryview(stored))  # as the fetched buffer gives it
+    *head, restored = decode_snapshot(raw)
+    assert head == [SNAPSHOT_VERSION, facts, 1, 2, False]
+    assert canonical_state(restored) == canonical_state(state)
+    for damaged in (zlib.compress(raw, 1), stored[:40], b"", b"not compressed at all"):
+        try:
+            decompress_snapshot(damaged)
+        except Exception:
+            continue
+        raise AssertionError(f"{damaged[:12]!r}... decompressed")
 
 
 def test_an_older_layout_decodes_to_nothing_so_the_whole_log_is_folded():
@@ -143,7 +163,7 @@ def test_decoding_a_snapshot_sets_off_no_collection_over_what_it_built():
     import gc
 
     state, facts = replayed((EXAMPLES / "two-teams-day.jsonl").read_bytes().splitlines())
-    raw = zlib.decompress(encode_snapshot((SNAPSHOT_VERSION, facts, 1, 1, False, state)))
+    raw = decompress_snapshot(encode_snapshot((SNAPSHOT_VERSION, facts, 1, 1, False, state)))
     collections: list[int] = []
 
     def seen(phase: str, info: dict) -> None:
