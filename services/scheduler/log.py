@@ -1,4 +1,5 @@
-"""Recovery of the scheduler's state from its snapshot and the fact log, and its snapshots.
+"""Recovery of the scheduler's state from its snapshot and the fact log; storing and loading
+snapshots (their layout: snapshots.py).
 
 The log readers themselves are the shell's plumbing (services/nats/log.py): every service
 reads the log with them, none through the scheduler.
@@ -8,11 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import os
-import pickle
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from nats.aio.client import Client
@@ -25,18 +23,9 @@ from quotasched.services.nats.bus import last_sequence
 from quotasched.services.nats.log import header_value, read_log_chunks, read_messages, sequence_and_time
 from quotasched.services.nats.objects import fetch_object, store_object
 from quotasched.services.scheduler.core import State, evolve
-from quotasched.services.scheduler.core.state import JOBS_AT
 from quotasched.services.scheduler.partition import Partition
 from quotasched.services.scheduler.routing import decide_message, fact_subject_of
-
-# 14: the jobs' tuples pickled in runs of JOBS_PER_PICKLE, each with its own memo; 13: jobs pickled as tuples by the State, shares' dispatched jobs by id; 12: the ended jobs
-# awaiting expiry, per job queue (retention); 11: shares count their live jobs and submission
-# windows (admission limits); 9: shares keep their options beyond AWS, the state its wake-ups; 8:
-# jobs keep their tags, payload and recent attempts (DescribeServiceJob); 7: whether the last
-# decided command was refused; 6: every state object pickled as a tuple, the same from the
-# interpreted and the compiled core; 5: blocked_due in the state; 4: the last command in the state;
-# 3: jobs pickled as slot tuples; 2: zlib; 1: pickle
-SNAPSHOT_VERSION = 14
+from quotasched.services.scheduler.snapshots import capture_snapshot, collector_paused, decode_snapshot
 
 
 async def first_writer(js: JetStreamContext) -> str | None:
@@ -108,19 +97,6 @@ async def recover(js: JetStreamContext, scope: Partition, warm: Recovered | None
     if group:
         recovered.partial = (decode_fact(group[0][1]).command_seq, [data for _, data in group])
     return recovered
-
-
-@contextmanager
-def collector_paused() -> Iterator[None]:
-    """The cyclic collector off meanwhile (as it was after): for building or loading a state,
-    which makes many long-lived objects and no cycles, so collections would only rescan it."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 # Facts read as one chunk and folded before the next gc.freeze(), with the cyclic collector
@@ -220,23 +196,6 @@ class FleetCommands:
         return mine
 
 
-def capture_snapshot(recovered: Recovered) -> Callable[[], bytes]:
-    """Capture the state as of `fact_seq` now; the returned function gives its bytes (it may
-    block: call it in a thread).
-
-    Where the platform can fork, a child process pickles its copy-on-write image of the state
-    while the writer goes on deciding (pickling a state of a million jobs holds the
-    interpreter for seconds), and the bytes come back through a pipe.
-    """
-    image = (SNAPSHOT_VERSION, recovered.fact_seq, recovered.decided_through,
-             recovered.commands_through, recovered.last_refused, recovered.state)  # fmt: skip
-    if not hasattr(os, "fork"):
-        payload = encode_snapshot(image)
-        return lambda: payload
-    pid, pipe = _pickle_in_child(image)
-    return lambda: _collect(pid, pipe)
-
-
 async def save_snapshot(nc: Client, partition: str,
                         snapshot: Recovered | Callable[[], bytes],
                         timings: dict[str, float] | None = None) -> int:  # fmt: skip
@@ -253,111 +212,6 @@ async def save_snapshot(nc: Client, partition: str,
     return len(payload)
 
 
-def encode_snapshot(image: tuple) -> bytes:
-    """Pickle, compressed with Zstandard's level 1 (`compress_snapshot`).  `image` ends with
-    the state.
-
-    The jobs' tuples are pickled in runs of JOBS_PER_PICKLE, each run on its own: pickle
-    remembers every string and tuple it wrote (its memo), and one memo over every job of a
-    large state grows to millions of entries, each added slower than the last.  The 263k jobs
-    of a state took 0.66 s to pickle as one list, 0.32 s in runs (2026-12-04, this 2-core
-    machine).
-
-    The cyclic collector is paused meanwhile: pickling builds a tuple of fields per job (and
-    boxes the compiled core's numbers), each allocation threshold crossed starts a collection
-    over them, and nothing cyclic is made.  A state of 197k jobs pickled in 0.74 s paused
-    against 1.00 s running, building the jobs' tuples 0.08 s against 0.48 s (best of 3,
-    2026-12-04, this 2-core machine)."""
-    protocol = pickle.HIGHEST_PROTOCOL
-    with collector_paused():
-        fields = image[-1].__getstate__()
-        jobs = fields[JOBS_AT]
-        runs = [pickle.dumps(jobs[at:at + JOBS_PER_PICKLE], protocol)
-                for at in range(0, len(jobs), JOBS_PER_PICKLE)]  # fmt: skip
-        fields = (*fields[:JOBS_AT], runs, *fields[JOBS_AT + 1:])
-        return compress_snapshot(pickle.dumps((*image[:-1], fields), protocol))
-
-
-JOBS_PER_PICKLE = 4096
-ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"  # a Zstandard frame's first bytes (RFC 8878)
-
-
-def compress_snapshot(raw: bytes) -> bytes:
-    """A state pickles to many repeated names and small ints: Zstandard's level 1 makes the
-    pickle about 4x smaller, so the store moves (and a restart fetches) a quarter of the bytes.
-
-    Zstandard, not zlib, because the snapshot child's encoding time is the length of a
-    restart's tail (facts appended meanwhile) and decompressing is part of every restart: the
-    110 MB pickle of a state of 551k jobs compressed in 0.21 s (zlib's level 1: 0.65 s) to
-    25.2 MB (26.5 MB), and decompressed in 0.09 s (0.26 s) (best of 3, 2026-12-05, this 2-core
-    machine)."""
-    import zstandard  # here, not at the top: most of the CLI never touches a snapshot
-
-    return zstandard.ZstdCompressor(level=1).compress(raw)
-
-
-def decompress_snapshot(payload: bytes | memoryview) -> bytes:
-    """The pickle a stored snapshot holds.  Raises on anything but a Zstandard frame (a
-    snapshot stored with zlib by a release before 2026-12-05 among them: the caller folds
-    the whole log once instead)."""
-    import zstandard
-
-    if bytes(payload[:4]) != ZSTD_MAGIC:
-        raise ValueError("not a Zstandard frame")
-    return zstandard.ZstdDecompressor().decompress(payload)
-
-
-def decode_snapshot(raw: bytes | memoryview) -> tuple | None:
-    """The image `encode_snapshot` was given (after decompressing), or None when `raw` is an
-    older layout (the whole log is folded instead).
-
-    The cyclic collector is paused while the state is built, then what it built is frozen:
-    a state's hundreds of thousands of objects all live on, and each allocation threshold
-    crossed would start a collection over them (a state of 263k jobs took 2.1 s to load with
-    the collector running against 0.66 s paused: the 400k replay workload, 2026-12-04, this
-    2-core machine).  Frozen, the loaded state is never rescanned by the tail's fold (the
-    core's objects hold no cycles; see writer.freeze_now).  Frozen before the collector runs
-    again: its count of allocations is then reset, while re-enabled first, the next
-    allocation set off a collection of everything just built (0.5 s for 551k jobs)."""
-    with collector_paused():
-        body = pickle.loads(raw)
-        if not isinstance(body, tuple) or not body or body[0] != SNAPSHOT_VERSION:
-            return None
-        fields = body[-1]
-        jobs = [job for run in fields[JOBS_AT] for job in pickle.loads(run)]
-        state = State()
-        state.__setstate__((*fields[:JOBS_AT], jobs, *fields[JOBS_AT + 1:]))
-        gc.freeze()
-    return (*body[:-1], state)
-
-
-def _pickle_in_child(image: tuple) -> tuple[int, int]:
-    """Fork; the child writes the pickled `image` to a pipe and exits at once."""
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: no event loop, no logging, no cleanup handlers
-        code = 1
-        try:
-            os.close(read)
-            with open(write, "wb") as out:
-                out.write(encode_snapshot(image))
-            code = 0
-        finally:
-            os._exit(code)
-    os.close(write)
-    return pid, read
-
-
-def _collect(pid: int, pipe: int) -> bytes:
-    """Everything the child wrote, once it has exited cleanly."""
-    with open(pipe, "rb") as handle:
-        payload = handle.read()
-    _, status = os.waitpid(pid, 0)
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise RuntimeError(f"the snapshot process failed (status {status})")
-    return payload
-
-
 async def load_snapshot(js: JetStreamContext, partition: str) -> Recovered | None:
     try:
         buffer = await fetch_object(js, SNAPSHOTS_BUCKET, partition)
@@ -366,7 +220,7 @@ async def load_snapshot(js: JetStreamContext, partition: str) -> Recovered | Non
     except DigestMismatchError:  # a damaged object: fold the whole log instead
         return None
     try:
-        image = decode_snapshot(decompress_snapshot(buffer.getbuffer()))
+        image = decode_snapshot(buffer.getbuffer())
     except Exception:  # a damaged object: fold the whole log instead
         return None
     if image is None:

@@ -40,6 +40,7 @@ from quotasched.services.scheduler.members import Members
 from quotasched.services.scheduler.mode import claim_mode
 from quotasched.services.scheduler.partition import Partition
 from quotasched.services.scheduler.reads import INDEX_CHUNK, ReadIndex
+from quotasched.services.scheduler.snapshots import SnapshotChain
 from quotasched.services.scheduler.writer import SteppedDown, Uncounted, Writer, WriterHealth
 from quotasched.services.settings import Settings
 
@@ -78,6 +79,7 @@ class Scheduler(Writer):
         self.health = WriterHealth()  # a full store, commands the log refused: across terms
         self._warm: Recovered | None = None  # the log followed so far while not leading
         self._snapshotting: asyncio.Task | None = None  # a snapshot being stored
+        self._snapshot_chain = SnapshotChain()  # the last one's frames, for the next to reuse
         self._since_snapshot = 0
         self._durable_through = 0  # decided_through of the last batch whose facts all landed
         self._term_ended = 0.0  # when this instance's last term ended (monotonic)

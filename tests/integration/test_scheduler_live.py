@@ -24,11 +24,13 @@ from quotasched.services.nats.bus import ensure_streams
 from quotasched.services.client import Bus
 from quotasched.services.replay import replay_lines
 from quotasched.services.scheduler.core import State, evolve
+from quotasched.services.scheduler.core.entities import JOB_FIELDS
 from quotasched.services.scheduler.core.views import canonical_state
 from quotasched.services.scheduler.log import load_snapshot, recover
 from quotasched.services.scheduler.partition import Partition
 from quotasched.services.settings import Settings
 from tests.integration.helpers import (
+    G5,
     NO_TICKS,
     NOTEBOOK,
     api_ready,
@@ -43,6 +45,7 @@ from tests.integration.helpers import (
     publish_items,
     read_facts,
     replayed_as_live,
+    setup_commands,
     wait_decided,
     wait_quiet,
 )
@@ -133,6 +136,16 @@ async def test_live_facts_equal_offline_replay_and_restart_continues(nats_server
         assert not decided & set(seqs)
 
 
+async def successor_of(bus, scheduler, spawn, every: str):
+    """Stop `scheduler` cleanly and start another with the same snapshot cadence; returns it
+    once it leads and answers."""
+    assert scheduler.stop() == 0
+    successor = spawn("scheduler", QUOTASCHED_SNAPSHOT_EVERY=every, **NO_TICKS)
+    await wait_leading(successor)
+    await api_ready(bus)
+    return successor
+
+
 async def test_snapshot_then_restart_recovers_the_same_state(nats_server, spawn):
     """Ticks off: an idle Tick moves the clock without a fact (ruling 9), so a snapshot taken
     after one holds a later time than the fold of the log, which is right but not what this
@@ -162,13 +175,76 @@ async def test_snapshot_then_restart_recovers_the_same_state(nats_server, spawn)
         queue_before = await bus.request("get-job-queue-snapshot", jobQueue="fq")
         jobs_before = await bus.request("list-service-jobs", jobQueue="fq", jobStatus="ALL",
                                         maxResults=10_000)  # fmt: skip
-        assert scheduler.stop() == 0
-        successor = spawn("scheduler", QUOTASCHED_SNAPSHOT_EVERY="100", **NO_TICKS)
-        await wait_leading(successor)
-        await api_ready(bus)
+        successor = await successor_of(bus, scheduler, spawn, every="100")
         recovered = logged(successor, "recovered")[-1]
         assert recovered["fact_seq"] == (await read_facts(bus.js))[-1]["_seq"]
         assert await bus.request("get-job-queue-snapshot", jobQueue="fq") == queue_before
+        assert await bus.request("list-service-jobs", jobQueue="fq", jobStatus="ALL",
+                                 maxResults=10_000) == jobs_before  # fmt: skip
+
+
+async def test_snapshots_copy_the_blocks_of_unchanged_jobs_and_a_restart_loads_them(nats_server, spawn):
+    """Past 4,096 accepted jobs a state has several blocks of jobs (snapshots.py): the 9,000
+    submissions here queue behind a full service environment, so the first blocks stop
+    changing and later snapshots copy their frames from the one before (the log says how
+    many).  The last snapshot, taken after priority updates and terminations changed jobs
+    of the first block, loads with the tail to exactly the fold of the whole log, every job's
+    every field, and the successor answers as its predecessor did."""
+    scheduler = spawn("scheduler", QUOTASCHED_SNAPSHOT_EVERY="2000", **NO_TICKS)
+    async with Bus(nats_server.url) as bus:
+        await wait_leading(scheduler)
+        await publish_items(bus, setup_commands("fq", [("alpha", 2, "RESERVE", "DISABLED")],
+                                                capacity=2))  # fmt: skip
+        route = ("fq", "alpha")
+        submissions = [{"at": 1, "kind": "SubmitServiceJob", "jobName": f"j{index}",
+                        "jobId": f"j{index}", "jobQueue": "fq", "quotaShareName": "alpha",
+                        "capacityUsage": [{"capacityUnit": G5, "quantity": 1}]}
+                       for index in range(9000)]  # fmt: skip
+        changes = [{"at": 2, "kind": "UpdateServiceJob", "jobId": f"j{index}",
+                    "schedulingPriority": 5} for index in range(10, 20)] + \
+                  [{"at": 2, "kind": "TerminateServiceJob", "jobId": f"j{index}",
+                    "reason": "changed"} for index in range(20, 25)]  # fmt: skip
+        seqs: list[int] = []
+        for at in range(0, len(submissions), 500):  # in order between chunks, fast within
+            chunk = submissions[at:at + 500]
+            seqs += await asyncio.gather(*(bus.publish(c, route=route) for c in chunk))
+        for command in changes:
+            seqs.append(await bus.publish(command, route=route))
+        await wait_decided(bus.js, max(seqs), processes=[scheduler])
+        await wait_quiet(bus.js, 0.6)
+        facts = await read_facts(bus.js)
+
+        async def copied():
+            written = logged(scheduler, "snapshot written")
+            return written if any(line["copied"] > 0 for line in written) else None
+
+        written = await eventually(copied, 30, what="a snapshot that copied frames")
+        assert all(line["blocks"] >= 1 for line in written)
+        assert logged(scheduler, "snapshot not written") == []
+
+        async def last_snapshot():
+            snapshot = await load_snapshot(bus.js, "main")
+            return snapshot if snapshot is not None and snapshot.fact_seq > facts[-1]["_seq"] - 2000 \
+                else None
+
+        await eventually(last_snapshot, 30, what="the last snapshot stored")
+        from_snapshot = await recover(bus.js, Partition.single())
+        assert from_snapshot.fact_seq == facts[-1]["_seq"]
+        whole = fold_all(decode_fact(json.dumps(comparable([f], drop=())[0])) for f in facts)
+        assert canonical_state(from_snapshot.state) == canonical_state(whole)
+        assert len(from_snapshot.state.jobs) == 9000
+        cache = JOB_FIELDS.index("admitted")  # set by deciding, not by folding facts
+
+        def fields(job) -> tuple:
+            return job.snapshot()[:cache] + job.snapshot()[cache + 1:]
+
+        for job_id, job in whole.jobs.items():
+            assert fields(from_snapshot.state.jobs[job_id]) == fields(job), job_id
+
+        jobs_before = await bus.request("list-service-jobs", jobQueue="fq", jobStatus="ALL",
+                                        maxResults=10_000)  # fmt: skip
+        successor = await successor_of(bus, scheduler, spawn, every="2000")
+        assert logged(successor, "state rebuilt")[-1]["snapshot_seq"] > 0
         assert await bus.request("list-service-jobs", jobQueue="fq", jobStatus="ALL",
                                  maxResults=10_000) == jobs_before  # fmt: skip
 

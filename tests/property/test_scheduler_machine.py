@@ -52,7 +52,11 @@ clock without a fact (ruling 9 counts from the previous command), so the fold al
 until the next fact but never lead it, and must equal it whenever a command left a fact.  The
 "recovery" check then demands exact equality for a state rebuilt as the service recovers (fold
 the facts, decide again the commands the log does not record), and that this state decides the
-next command exactly as the live one does.  The two runs are kept apart so that a replay
+next command exactly as the live one does.  The "snapshot" check takes a snapshot of the live
+state after every command, chained to the one before as the writer chains them (blocks of two
+seqs, every frame it reuses checked against its jobs encoded again: a change the core made
+without marking it fails), and demands that it load as the live state, every job's every
+field.  The two runs are kept apart so that a replay
 discrepancy and a decision bug never hide each other.
 
 Both runs are deterministic (derandomize); a third, `test_scheduler_state_machine_with_a_fresh
@@ -70,6 +74,7 @@ core's `Scratch.misfits`, which explain words, names the rule the shadow finds f
 
 from __future__ import annotations
 
+import gc
 import itertools
 import json
 import os
@@ -95,12 +100,20 @@ from quotasched.events.values import JobStatus
 from quotasched.services.scheduler.core.accounting import Scratch
 from quotasched.services.scheduler.core.views import canonical_state, state_document
 from quotasched.services.scheduler.core.waiting import in_order, waiting
+from quotasched.services.scheduler import snapshots
+from quotasched.services.scheduler.snapshots import (
+    SNAPSHOT_VERSION,
+    SnapshotChain,
+    SnapshotMismatch,
+    decode_snapshot,
+    encode_snapshot,
+)
 from tests.builders import Cluster
 from tests.checker import IndependentChecker
 from tests.property.conftest import REASONS, REPORTS, STRANGER, UNITS
 
-CHECKS = frozenset({"cluster", "purity", "replay", "replay-time", "recovery", "rules", "order",
-                    "stable", "compare", "independent", "reasons"})  # fmt: skip
+CHECKS = frozenset({"cluster", "purity", "replay", "replay-time", "recovery", "snapshot", "rules",
+                    "order", "stable", "compare", "independent", "reasons"})  # fmt: skip
 SKIP = {name.strip() for name in os.environ.get("QUOTASCHED_SKIP_CHECKS", "").split(",") if name.strip()}
 ACTIVE = set(CHECKS - SKIP)  # the check groups of the machine that is running
 DISPATCHED = ("SCHEDULED", "STARTING", "RUNNING")
@@ -512,7 +525,7 @@ def _sharing(strategy: str, borrow: int | None) -> dict[str, Any]:
 class SchedulerMachine(RuleBasedStateMachine):
     """Decisions, lifecycle, purity, stability and the implementation's own invariants."""
 
-    CHECKS = CHECKS - {"replay", "replay-time", "recovery"}
+    CHECKS = CHECKS - {"replay", "replay-time", "recovery", "snapshot"}
 
     def __init__(self) -> None:
         super().__init__()
@@ -525,6 +538,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         self.lines: list[str] = []
         self.facts: list[F.Fact] = []
         self.folded = State()  # a second state, built only by folding the emitted facts
+        self.chain = SnapshotChain()  # the live state's snapshots ("snapshot")
         self.recovered = State()  # a third, rebuilt as recovery does (facts + fact-less commands)
         self.now = 0.0
         self.units: dict[str, list[str]] = {}
@@ -603,6 +617,8 @@ class SchedulerMachine(RuleBasedStateMachine):
                 if json.dumps(rebuilt, sort_keys=True) != json.dumps(live_state, sort_keys=True):
                     _fail("recovery", "the recovered state differs from the live one: "
                           + _diff(rebuilt, live_state))  # fmt: skip
+            if "snapshot" in ACTIVE:
+                self.check_snapshot(state)
             if recovered is not None and recovered != [encode(f) for f in facts]:
                 _fail("recovery", f"the recovered state decides {line} as {recovered}, the live "
                       f"state as {[encode(f) for f in facts]}")  # fmt: skip
@@ -616,6 +632,27 @@ class SchedulerMachine(RuleBasedStateMachine):
             error.add_note("command sequence (JSON lines):\n" + "\n".join(self.lines))
             raise
         return facts
+
+    def check_snapshot(self, state: State) -> None:
+        """The live state's snapshot, chained to the last one, loads as the live state."""
+        saved = snapshots.BLOCK_BITS, snapshots.VERIFIED_BLOCKS
+        snapshots.BLOCK_BITS, snapshots.VERIFIED_BLOCKS = 1, 10**9
+        try:
+            reuse = self.chain.begin(state)
+            stored = encode_snapshot((SNAPSHOT_VERSION, 0, 0, 0, False, state), reuse)
+        except SnapshotMismatch as error:
+            _fail("snapshot", f"{error}: a job changed without State.save or State.touch")
+        finally:
+            snapshots.BLOCK_BITS, snapshots.VERIFIED_BLOCKS = saved
+        self.chain.encoded(stored)
+        *_, restored = decode_snapshot(stored)
+        gc.unfreeze()
+        if [(job_id, job.snapshot()) for job_id, job in restored.jobs.items()] != \
+                [(job_id, job.snapshot()) for job_id, job in state.jobs.items()]:
+            _fail("snapshot", "a snapshot's jobs differ from the live state's")
+        loaded, live = canonical_state(restored), canonical_state(state)
+        if json.dumps(loaded, sort_keys=True) != json.dumps(live, sort_keys=True):
+            _fail("snapshot", "a snapshot loads to another state: " + _diff(loaded, live))
 
     def compare(self) -> None:
         """The shadow model and the implementation agree on every job and every usage."""
@@ -1002,7 +1039,7 @@ class ReplayMachine(SchedulerMachine):
 
     Run apart so that a replay discrepancy and a decision bug never hide each other."""
 
-    CHECKS = frozenset({"replay", "replay-time", "recovery", "compare"})
+    CHECKS = frozenset({"replay", "replay-time", "recovery", "snapshot", "compare"})
 
 
 # -- per-fact checks -------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""Snapshots are captured at one instant, even though a child process writes them later."""
+"""Snapshots: captured at one instant though a child process writes them later, framed by
+block of jobs, and the blocks no job of changed reused from the snapshot before."""
 
 from __future__ import annotations
 
@@ -6,17 +7,23 @@ import pickle
 import zlib
 from pathlib import Path
 
+import pytest
+import zstandard
+
 from quotasched.services.replay import replay_lines
+from quotasched.services.scheduler import snapshots
 from quotasched.services.scheduler.core import State
+from quotasched.services.scheduler.core.decision import step_raw
 from quotasched.services.scheduler.core.views import canonical_state
-from quotasched.services.scheduler import log
-from quotasched.services.scheduler.log import (
-    Recovered,
+from quotasched.services.scheduler.log import Recovered
+from quotasched.services.scheduler.snapshots import (
     SNAPSHOT_VERSION,
+    SnapshotChain,
+    SnapshotMismatch,
     capture_snapshot,
     decode_snapshot,
-    decompress_snapshot,
     encode_snapshot,
+    frame_index,
 )
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -26,6 +33,14 @@ def replayed(lines: list[bytes]) -> tuple[State, int]:
     state = State()
     facts = list(replay_lines(lines, state))
     return state, len(facts)
+
+
+def same_state(restored: State, state: State) -> None:
+    """Every job's every field, the index's order, and everything else the views read."""
+    assert list(restored.jobs) == list(state.jobs)
+    assert [job.snapshot() for job in restored.jobs.values()] == \
+        [job.snapshot() for job in state.jobs.values()]
+    assert canonical_state(restored) == canonical_state(state)
 
 
 def test_a_capture_holds_the_state_of_its_moment_while_the_state_moves_on():
@@ -40,8 +55,8 @@ def test_a_capture_holds_the_state_of_its_moment_while_the_state_moves_on():
         pass
     assert canonical_state(state) != before
 
-    version, fact_seq, decided_through, commands_through, last_refused, restored = decode_snapshot(
-        decompress_snapshot(capture()))
+    version, fact_seq, decided_through, commands_through, last_refused, restored = \
+        decode_snapshot(capture())
     assert (version, fact_seq, decided_through) == (SNAPSHOT_VERSION, facts, half)
     assert commands_through == 0  # not given: no command beyond the recorded ones
     assert last_refused is False
@@ -54,53 +69,126 @@ def test_the_captured_bytes_are_the_encoded_state_and_decode_to_it():
     image = (SNAPSHOT_VERSION, facts, 7, 9, False, state)
     captured = capture_snapshot(recovered)()
     assert captured == encode_snapshot(image)
-    *head, restored = decode_snapshot(decompress_snapshot(captured))
+    *head, restored = decode_snapshot(memoryview(captured))  # as the fetched buffer gives it
     assert head == [SNAPSHOT_VERSION, facts, 7, 9, False]
-    assert canonical_state(restored) == canonical_state(state)
+    same_state(restored, state)
 
 
-def test_jobs_pickled_in_runs_come_back_whole_and_in_acceptance_order(monkeypatch):
-    """The jobs' tuples are pickled in runs (each with its own memo): with runs of 3, every
-    run boundary and a short last run are crossed, and the state loads as it was, its job
-    index in acceptance order (readers and DeleteQuotaShare rely on that order)."""
+def test_jobs_are_framed_by_block_of_seqs_and_come_back_in_acceptance_order(monkeypatch):
+    """Blocks of 4 seqs: every job's frame is the one of its seq >> 2, frames follow the
+    index's order, each a Zstandard frame (RFC 8878's magic); the state loads as it was, its
+    job index in acceptance order (readers and DeleteQuotaShare rely on that order)."""
     state, facts = replayed((EXAMPLES / "two-teams-day.jsonl").read_bytes().splitlines())
-    assert len(state.jobs) > 7 and len(state.jobs) % 3, "want several runs and a short last one"
-    monkeypatch.setattr(log, "JOBS_PER_PICKLE", 3)
-    raw = decompress_snapshot(encode_snapshot((SNAPSHOT_VERSION, facts, 1, 2, True, state)))
-    runs = pickle.loads(raw)[-1][log.JOBS_AT]
-    assert [len(pickle.loads(run)) for run in runs] == \
-        [3] * (len(state.jobs) // 3) + [len(state.jobs) % 3]
-    *_, restored = decode_snapshot(raw)
-    assert list(restored.jobs) == list(state.jobs)
+    monkeypatch.setattr(snapshots, "BLOCK_BITS", 2)
+    stored = encode_snapshot((SNAPSHOT_VERSION, facts, 1, 2, True, state))
+    frames = frame_index(stored)
+    expected: dict[int, list[str]] = {}
+    for job in state.jobs.values():
+        expected.setdefault(job.seq >> 2, []).append(job.job_id)
+    assert len(expected) > 3, "want several blocks"
+    assert list(frames) == list(expected)
+    for block, (at, length) in frames.items():
+        assert stored[at:at + 4] == bytes.fromhex("28b52ffd")
+        tuples = pickle.loads(zstandard.ZstdDecompressor().decompress(stored[at:at + length]))
+        assert [fields[0] for fields in tuples] == expected[block]
+    *_, restored = decode_snapshot(stored)
     assert [job.seq for job in restored.jobs.values()] == sorted(job.seq for job in state.jobs.values())
-    assert all(restored.jobs[job_id].snapshot() == job.snapshot() for job_id, job in state.jobs.items())
-    assert canonical_state(restored) == canonical_state(state)
+    same_state(restored, state)
 
 
-def test_snapshots_are_zstandard_and_a_zlib_one_is_refused_so_the_whole_log_is_folded():
-    """Snapshots are compressed with Zstandard (its frame magic, RFC 8878).  One stored with
-    zlib by a release before (the same pickle inside) is refused, as is anything damaged, and
-    `load_snapshot` then folds the whole log once."""
-    state, facts = replayed((EXAMPLES / "notebook.jsonl").read_bytes().splitlines())
-    stored = encode_snapshot((SNAPSHOT_VERSION, facts, 1, 2, False, state))
-    assert stored[:4] == bytes.fromhex("28b52ffd")
-    raw = decompress_snapshot(memoryview(stored))  # as the fetched buffer gives it
-    *head, restored = decode_snapshot(raw)
-    assert head == [SNAPSHOT_VERSION, facts, 1, 2, False]
-    assert canonical_state(restored) == canonical_state(state)
-    for damaged in (zlib.compress(raw, 1), stored[:40], b"", b"not compressed at all"):
-        try:
-            decompress_snapshot(damaged)
-        except Exception:
-            continue
-        raise AssertionError(f"{damaged[:12]!r}... decompressed")
+def chained_snapshots(monkeypatch, verified: int) -> list[tuple[bytes, State, set[int], int]]:
+    """The two-teams day in eight parts, a snapshot after each through one chain, as the
+    writer takes them: (what was stored, a copy of the state then, the seqs marked since, the
+    frames the chain says it copied)."""
+    monkeypatch.setattr(snapshots, "BLOCK_BITS", 2)
+    monkeypatch.setattr(snapshots, "VERIFIED_BLOCKS", verified)
+    lines = (EXAMPLES / "two-teams-day.jsonl").read_bytes().splitlines()
+    state, chain, taken = State(), SnapshotChain(), []
+    facts = 0
+    for part in range(8):
+        for seq in range(len(lines) * part // 8 + 1, len(lines) * (part + 1) // 8 + 1):
+            facts += len(step_raw(state, lines[seq - 1], seq))
+        marked = set(state.changed or ())
+        stored = capture_snapshot(Recovered(state, facts, 0), chain)()
+        taken.append((stored, pickle.loads(pickle.dumps(state)), marked, chain.copied))
+    return taken
 
 
-def test_an_older_layout_decodes_to_nothing_so_the_whole_log_is_folded():
+def test_a_chain_reuses_the_blocks_no_job_of_changed_and_loads_the_state_exactly(monkeypatch):
+    """Each snapshot of a chain decodes to the state it was taken of, field for field, and
+    copies byte for byte the frames of the blocks holding no job marked since the one before;
+    every reused frame is checked against its jobs encoded again (VERIFIED_BLOCKS raised)."""
+    taken = chained_snapshots(monkeypatch, verified=10**6)
+    reused = encoded = 0
+    assert taken[0][3] == 0  # the first is encoded whole
+    for (before, *_), (stored, state, marked, said) in zip(taken, taken[1:]):
+        *_, restored = decode_snapshot(stored)
+        same_state(restored, state)
+        old, new = frame_index(before), frame_index(stored)
+        dirty = {seq >> 2 for seq in marked}
+        copied = 0
+        for block, (at, length) in new.items():
+            if block in old and block not in dirty:
+                was = old[block]
+                assert stored[at:at + length] == before[was[0]:was[0] + was[1]]
+                copied += 1
+            else:
+                encoded += 1
+        assert said == copied
+        reused += copied
+    assert reused >= 5 and encoded >= 5, (reused, encoded)
+    *_, first = decode_snapshot(taken[0][0])
+    same_state(first, taken[0][1])
+
+
+def test_a_job_changed_without_its_mark_is_caught_and_the_next_snapshot_is_whole(monkeypatch):
+    """A job changed behind the core's back (no `save`, so no mark): the snapshot child finds
+    its reused frame differs from the job encoded again and writes nothing; the chain then
+    has nothing to reuse, and the next snapshot holds the change."""
+    monkeypatch.setattr(snapshots, "BLOCK_BITS", 2)
+    monkeypatch.setattr(snapshots, "VERIFIED_BLOCKS", 10**6)
+    state, facts = replayed((EXAMPLES / "two-teams-day.jsonl").read_bytes().splitlines())
+    chain = SnapshotChain()
+    capture_snapshot(Recovered(state, facts, 0), chain)()
+    job = next(iter(state.jobs.values()))
+    job.priority += 1  # not through state.save: unmarked
+    with pytest.raises(SnapshotMismatch):
+        capture_snapshot(Recovered(state, facts, 0), chain)()
+    assert chain.payload is None
+    stored = capture_snapshot(Recovered(state, facts, 0), chain)()
+    *_, restored = decode_snapshot(stored)
+    assert restored.jobs[job.job_id].priority == job.priority
+    same_state(restored, state)
+
+
+def test_a_chain_reuses_nothing_for_a_state_whose_changes_it_did_not_follow():
+    """A new term's state (rebuilt from the log) is not the one the chain's marks were kept
+    in: its first snapshot is encoded whole."""
+    state, facts = replayed((EXAMPLES / "two-teams-day.jsonl").read_bytes().splitlines())
+    chain = SnapshotChain()
+    assert chain.begin(state) is None  # nothing yet
+    chain.encoded(encode_snapshot((SNAPSHOT_VERSION, facts, 1, 1, False, state)))
+    assert chain.begin(state) is not None  # the state it follows
+    chain.encoded(encode_snapshot((SNAPSHOT_VERSION, facts, 1, 1, False, state)))
+    rebuilt = pickle.loads(pickle.dumps(state))
+    assert rebuilt.changed is None
+    assert chain.begin(rebuilt) is None
+    assert rebuilt.changed is chain.marks
+
+
+def test_older_layouts_decode_to_nothing_so_the_whole_log_is_folded():
+    """The layouts before (a zlib or a Zstandard pickle, version 14 and older) are not read:
+    the whole log is folded once instead.  A framed snapshot cut short raises (`load_snapshot`
+    folds the whole log then too)."""
     state, facts = replayed((EXAMPLES / "notebook.jsonl").read_bytes().splitlines())
     older = pickle.dumps((SNAPSHOT_VERSION - 1, facts, 1, 1, False, state), pickle.HIGHEST_PROTOCOL)
-    assert decode_snapshot(older) is None
-    assert decode_snapshot(pickle.dumps("not an image")) is None
+    for payload in (older, zlib.compress(older, 1), zstandard.ZstdCompressor().compress(older),
+                    pickle.dumps("not an image"), b""):
+        assert decode_snapshot(payload) is None
+    stored = encode_snapshot((SNAPSHOT_VERSION, facts, 1, 1, False, state))
+    for damaged in (stored[:-1], stored + b"x", stored[:40]):
+        with pytest.raises(Exception):
+            decode_snapshot(damaged)
 
 
 def test_a_job_snapshot_lists_every_field_in_job_fields_order():
@@ -163,7 +251,7 @@ def test_decoding_a_snapshot_sets_off_no_collection_over_what_it_built():
     import gc
 
     state, facts = replayed((EXAMPLES / "two-teams-day.jsonl").read_bytes().splitlines())
-    raw = decompress_snapshot(encode_snapshot((SNAPSHOT_VERSION, facts, 1, 1, False, state)))
+    raw = encode_snapshot((SNAPSHOT_VERSION, facts, 1, 1, False, state))
     collections: list[int] = []
 
     def seen(phase: str, info: dict) -> None:

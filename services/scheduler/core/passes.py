@@ -116,7 +116,10 @@ def _admitted(round_: Round, environment: Environment, queue: Queue, share: Shar
             at=round_.at, command_seq=round_.seq, job_id=head.job_id, attempt=head.attempt,
             status=JobStatus.RUNNABLE, status_reason=None, cause=StatusCause.UNBLOCKED,
         ))  # fmt: skip
-    head.admitted = queue.epoch  # a cache, safe to keep across an undone trial (epochs are unique)
+    # A cache, safe to keep across an undone trial (epochs are unique): not journaled, but a
+    # snapshot holds it, so it is marked as changed all the same.
+    round_.state.touch(head)
+    head.admitted = queue.epoch
     return True
 
 

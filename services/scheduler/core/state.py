@@ -31,7 +31,7 @@ from quotasched.services.scheduler.core.entities import Environment, Job, Need, 
 
 
 FORGOTTEN_MERGE_AT = 4096
-JOBS_AT = 3  # where State.__getstate__ puts the jobs' tuples (the snapshot writer packs them)
+JOBS_AT = 3  # where State.image puts the jobs' tuples (the snapshot writer packs them)
 
 
 def id_digest(job_id: str) -> int:
@@ -79,6 +79,12 @@ class State:
         # merged about log2(N / FORGOTTEN_MERGE_AT) times and a lookup bisects that many.
         self.forgotten_ids: list[array] = []
         self.forgotten_new: set[int] = set()
+        # The acceptance seqs of the jobs changed, added or dropped since the shell last took
+        # this set (None: nobody asks).  A snapshot re-encodes only the jobs around these and
+        # reuses the rest of the one before (services/scheduler/log.py).  Marked where the
+        # journal is kept (`save`, `put` and `drop` on `jobs`), so whatever a trial could undo
+        # is marked, even outside a trial.
+        self.changed: set[int] | None = None
         self._journal: list[tuple[Any, Any]] | None = None
         self._saved: set[int] = set()
 
@@ -89,9 +95,17 @@ class State:
 
     def save(self, obj: Any) -> None:
         """Call before changing any slot of `obj` (Job, Share, Queue, Environment or State)."""
+        if self.changed is not None and isinstance(obj, Job):
+            self.changed.add(obj.seq)
         if self._journal is not None and id(obj) not in self._saved:
             self._saved.add(id(obj))
             self._journal.append((obj, obj.snapshot()))
+
+    def touch(self, job: Job) -> None:
+        """Call before changing a slot of `job` that no trial undoes (a cache): the next
+        snapshot encodes the job again all the same."""
+        if self.changed is not None:
+            self.changed.add(job.seq)
 
     def savepoint(self) -> Savepoint:
         """Record from here on, inside a trial or not, so that what follows can be undone
@@ -114,7 +128,11 @@ class State:
     # take 1.54 s to pickle, their tuples 0.88 s with building them (2026-12-04, this 2-core
     # machine).
     def __getstate__(self) -> tuple:
-        jobs = [job.snapshot() for job in self.jobs.values()]  # at JOBS_AT
+        return self.image([job.snapshot() for job in self.jobs.values()])
+
+    def image(self, jobs: Any) -> tuple:
+        """What pickles the state, with `jobs` (the jobs' tuples, or what the snapshot writer
+        puts in their place) at JOBS_AT."""
         return (self.environments, self.policies, self.queues, jobs, self.client_tokens,
                 self.timeouts, self.blocked, self.epochs, self.wakes, self.ended,
                 self.forgotten_ids, self.forgotten_new, self.snapshot())  # fmt: skip
@@ -132,6 +150,7 @@ class State:
             for share in queue.shares.values():
                 share.dispatched = {job_id: self.jobs[job_id] for job_id in share.dispatched}
         self.restore(kept)
+        self.changed = None
         self._journal = None
         self._saved = set()
 
@@ -164,13 +183,21 @@ class State:
     def put(self, mapping: dict, key: Any, value: Any) -> None:
         if key in mapping:
             self.on_undo(mapping.__setitem__, key, mapping[key])
+            self._mark(mapping, mapping[key])
         else:
             self.on_undo(mapping.pop, key)
+        self._mark(mapping, value)
         mapping[key] = value
 
     def drop(self, mapping: dict, key: Any) -> None:
         if key in mapping:
+            self._mark(mapping, mapping[key])
             self.on_undo(mapping.__setitem__, key, mapping.pop(key))
+
+    def _mark(self, mapping: dict, value: Any) -> None:
+        """A job entering or leaving `jobs` changes the snapshot's jobs around its seq."""
+        if self.changed is not None and mapping is self.jobs:
+            self.changed.add(value.seq)
 
     def append_ended(self, queue: str, at: float, job_id: str) -> None:
         ended = self.ended.get(queue)
