@@ -188,14 +188,23 @@ def job_submitted(command: SubmitServiceJob, *, at: float, command_seq: int, job
         "service_request_payload": command.service_request_payload,
         "command_bytes": command_bytes,
     }  # fmt: skip
-    fact = object.__new__(JobSubmitted)
-    # What pydantic's validation sets on a new model (pydantic 2.14's BaseModel layout).
-    object.__setattr__(fact, "__dict__", fields)
     named = _SUBMITTED_SET if command_bytes is not None else _SUBMITTED_SET_SMALL
-    object.__setattr__(fact, "__pydantic_fields_set__", set(named))
-    object.__setattr__(fact, "__pydantic_extra__", None)
-    object.__setattr__(fact, "__pydantic_private__", None)
+    return _assembled(JobSubmitted, fields, named)
+
+
+def _assembled(cls: type, fields: dict[str, Any], named: frozenset[str]) -> Any:
+    """An instance of `cls` holding `fields` (every field, in declaration order), `named`
+    being the fields given by name: what pydantic's validation sets on a new model (pydantic
+    2.14's BaseModel layout), without validating."""
+    fact: Any = object.__new__(cls)
+    _set(fact, "__dict__", fields)
+    _set(fact, "__pydantic_fields_set__", set(named))
+    _set(fact, "__pydantic_extra__", None)
+    _set(fact, "__pydantic_private__", None)
     return fact
+
+
+_set = object.__setattr__
 
 
 # The fields the core names when it builds a JobSubmitted (all but `kind`).
@@ -217,6 +226,17 @@ class JobPriorityUpdated(Fact):
     scheduling_priority: int
 
 
+def job_priority_updated(*, at: float, command_seq: int, job_id: str,
+                         scheduling_priority: int) -> JobPriorityUpdated:  # fmt: skip
+    """`JobPriorityUpdated(...)` assembled without validating again (see `job_status_changed`)."""
+    fields = {"kind": "JobPriorityUpdated", "at": float(at), "command_seq": command_seq,
+              "job_id": job_id, "scheduling_priority": scheduling_priority}  # fmt: skip
+    return _assembled(JobPriorityUpdated, fields, _PRIORITY_SET)
+
+
+_PRIORITY_SET = frozenset(JobPriorityUpdated.model_fields) - {"kind"}
+
+
 class JobDispatched(Fact):
     kind: Literal["JobDispatched"] = "JobDispatched"
     job_id: str
@@ -226,6 +246,32 @@ class JobDispatched(Fact):
     capacity_usage: list[CapacityUsage]
     borrowed: list[CapacityUsage]
     after_preemption_of: list[str]
+
+
+def job_dispatched(*, at: float, command_seq: int, job_id: str, attempt: int, job_queue: str,
+                   quota_share_name: str, capacity_usage: tuple[tuple[str, int], ...],
+                   borrowed: tuple[tuple[str, int], ...] | list[tuple[str, int]],
+                   after_preemption_of: list[str]) -> JobDispatched:  # fmt: skip
+    """`JobDispatched(...)` with these values, the (unit, quantity) pairs as CapacityUsage,
+    assembled without validating again (see `job_status_changed`): 3.6 us validated, most of
+    it the usage items."""
+    fields = {"kind": "JobDispatched", "at": float(at), "command_seq": command_seq,
+              "job_id": job_id, "attempt": attempt, "job_queue": job_queue,
+              "quota_share_name": quota_share_name, "capacity_usage": usages(capacity_usage),
+              "borrowed": usages(borrowed), "after_preemption_of": after_preemption_of}  # fmt: skip
+    return _assembled(JobDispatched, fields, _DISPATCHED_SET)
+
+
+_DISPATCHED_SET = frozenset(JobDispatched.model_fields) - {"kind"}
+
+
+def usages(pairs) -> list[CapacityUsage]:
+    """CapacityUsage items of (unit, quantity) pairs taken from validated state, unvalidated."""
+    return [_assembled(CapacityUsage, {"capacity_unit": unit, "quantity": quantity}, _USAGE_SET)
+            for unit, quantity in pairs]  # fmt: skip
+
+
+_USAGE_SET = frozenset(CapacityUsage.model_fields)
 
 
 class JobPreempted(Fact):
@@ -248,6 +294,26 @@ class JobStatusChanged(Fact):
     status_reason: str | None
     cause: StatusCause
     is_terminated: bool = False
+
+
+def job_status_changed(*, at: float, command_seq: int, job_id: str, attempt: int,
+                       status: JobStatus, status_reason: str | None, cause: StatusCause,
+                       is_terminated: bool | None = None) -> JobStatusChanged:  # fmt: skip
+    """`JobStatusChanged(...)` with these values, assembled without validating again, as
+    `job_submitted` is: every value is the core's, of the type declared here (the compiled
+    core is type-checked against it), so validating them would check nothing new and cost
+    about 1 us of a report's decision (2.2 us against 1.1 us; 2026-12-05, this machine).
+    tests/unit/test_fact_assembly.py holds the two equal, field for field and byte for byte."""
+    fields = {"kind": "JobStatusChanged", "at": float(at), "command_seq": command_seq,
+              "job_id": job_id, "attempt": attempt, "status": status,
+              "status_reason": status_reason, "cause": cause,
+              "is_terminated": False if is_terminated is None else is_terminated}  # fmt: skip
+    return _assembled(JobStatusChanged, fields,
+                      _STATUS_SET if is_terminated is not None else _STATUS_SET_SMALL)
+
+
+_STATUS_SET = frozenset(JobStatusChanged.model_fields) - {"kind"}
+_STATUS_SET_SMALL = _STATUS_SET - {"is_terminated"}
 
 
 class ShareBlocked(Fact):

@@ -1,4 +1,4 @@
-"""`events.facts.job_submitted` builds exactly the JobSubmitted that validation would.
+"""The assembled facts (`events.facts.job_submitted` and the like) are what validation builds.
 
 The core records an accepted submission with `job_submitted`, which assembles the fact from
 the validated command without validating it again (docs/performance.md).  For any valid
@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from quotasched.events import facts as F
 from quotasched.events.codec import decode_command, decode_fact, encode, encode_bytes
-from quotasched.events.values import CapacityUsage
+from quotasched.events.values import CapacityUsage, JobStatus, StatusCause
 
 names = st.from_regex(r"[A-Za-z0-9_-]{1,20}", fullmatch=True)
 texts = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=30)
@@ -83,9 +83,57 @@ def test_an_assembled_job_submitted_equals_the_validated_one(message, seq, deriv
         service_request_payload=command.service_request_payload,
     )  # fmt: skip
     assert type(assembled) is F.JobSubmitted
+    same_fact(assembled, validated)
+
+
+def same_fact(assembled, validated) -> None:
+    """Equal as a model, as bytes, as a dump, in what was set by name, and through the wire."""
+    assert type(assembled) is type(validated)
     assert assembled == validated
     assert encode_bytes(assembled) == encode_bytes(validated)
     assert assembled.model_fields_set == validated.model_fields_set
     assert assembled.model_dump() == validated.model_dump()
     assert decode_fact(encode(assembled)) == assembled
     assert type(assembled.at) is float
+
+
+times = st.floats(0, 1e10) | st.integers(0, 10**9)  # the core's clock, float or whole
+ids = st.from_regex(r"[A-Za-z0-9_-]{1,40}", fullmatch=True)
+pairs = st.lists(st.tuples(names, st.integers(1, 10**6)), max_size=5, unique_by=lambda p: p[0])
+
+
+@settings(max_examples=300, deadline=None)
+@given(at=times, seq=st.integers(1, 10**12), job_id=ids, attempt=st.integers(0, 100),
+       status=st.sampled_from(list(JobStatus)), reason=st.none() | texts,
+       cause=st.sampled_from(list(StatusCause)), terminated=st.none() | st.booleans())
+def test_an_assembled_job_status_changed_equals_the_validated_one(
+        at, seq, job_id, attempt, status, reason, cause, terminated) -> None:
+    values = {"at": at, "command_seq": seq, "job_id": job_id, "attempt": attempt,
+              "status": status, "status_reason": reason, "cause": cause}  # fmt: skip
+    named = values if terminated is None else {**values, "is_terminated": terminated}
+    same_fact(F.job_status_changed(**named), F.JobStatusChanged(**named))
+
+
+@settings(max_examples=300, deadline=None)
+@given(at=times, seq=st.integers(1, 10**12), job_id=ids, attempt=st.integers(1, 100),
+       queue=names, share=names, need=pairs.filter(bool), borrowed=pairs,
+       victims=st.lists(ids, max_size=4))
+def test_an_assembled_job_dispatched_equals_the_validated_one(
+        at, seq, job_id, attempt, queue, share, need, borrowed, victims) -> None:
+    values = {"at": at, "command_seq": seq, "job_id": job_id, "attempt": attempt,
+              "job_queue": queue, "quota_share_name": share, "after_preemption_of": victims}
+    validated = F.JobDispatched(
+        **values, capacity_usage=[CapacityUsage(capacity_unit=u, quantity=n) for u, n in need],
+        borrowed=[CapacityUsage(capacity_unit=u, quantity=n) for u, n in borrowed])
+    assembled = F.job_dispatched(**values, capacity_usage=tuple(need), borrowed=borrowed)
+    same_fact(assembled, validated)
+    for made, checked in zip(assembled.capacity_usage + assembled.borrowed,
+                             validated.capacity_usage + validated.borrowed):  # fmt: skip
+        assert made.model_fields_set == checked.model_fields_set
+
+
+@settings(max_examples=200, deadline=None)
+@given(at=times, seq=st.integers(1, 10**12), job_id=ids, priority=st.integers(0, 9999))
+def test_an_assembled_job_priority_updated_equals_the_validated_one(at, seq, job_id, priority):
+    values = {"at": at, "command_seq": seq, "job_id": job_id, "scheduling_priority": priority}
+    same_fact(F.job_priority_updated(**values), F.JobPriorityUpdated(**values))

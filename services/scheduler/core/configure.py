@@ -162,7 +162,7 @@ def _delete_share(round_: Round, command: C.DeleteQuotaShare) -> None:
     doomed = [job for job in round_.state.jobs.values()
               if job.queue == queue.name and job.share == share.name and not job.status.terminal]
     for job in doomed:  # jobs dict order is acceptance order
-        round_.emit(F.JobStatusChanged(
+        round_.emit(F.job_status_changed(
             **fact_base(round_), job_id=job.job_id, attempt=job.attempt, status=JobStatus.FAILED,
             status_reason=f"Quota share {share.name} was deleted",
             cause=StatusCause.SHARE_DELETED, is_terminated=True,

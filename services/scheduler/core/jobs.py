@@ -118,7 +118,7 @@ def _live_job(round_: Round, job_id: str, action: str):
 @handles(C.UpdateServiceJob)
 def _update_job(round_: Round, command: C.UpdateServiceJob) -> None:
     job = _live_job(round_, command.job_id, "its priority can no longer change")
-    round_.emit(F.JobPriorityUpdated(
+    round_.emit(F.job_priority_updated(
         **fact_base(round_), job_id=job.job_id, scheduling_priority=command.scheduling_priority
     ))
 
@@ -126,7 +126,7 @@ def _update_job(round_: Round, command: C.UpdateServiceJob) -> None:
 @handles(C.TerminateServiceJob)
 def _terminate(round_: Round, command: C.TerminateServiceJob) -> None:
     job = _live_job(round_, command.job_id, "there is nothing to terminate")
-    round_.emit(F.JobStatusChanged(
+    round_.emit(F.job_status_changed(
         **fact_base(round_), job_id=job.job_id, attempt=job.attempt, status=JobStatus.FAILED,
         status_reason=command.reason, cause=StatusCause.TERMINATED, is_terminated=True,
     ))  # fmt: skip
@@ -167,12 +167,12 @@ def _report(round_: Round, command: C.ReportJobStatus) -> None:
     if status is ReportedStatus.FAILED:
         attempt_ended(round_, job, command.status_reason or "Attempt failed", StatusCause.REPORTED)
     elif status is ReportedStatus.INSUFFICIENT_CAPACITY:
-        round_.emit(F.JobStatusChanged(
+        round_.emit(F.job_status_changed(
             **base, status=JobStatus.RUNNABLE, status_reason=CAPACITY_BOUNCED,
             cause=StatusCause.CAPACITY_BOUNCE,
         ))  # fmt: skip
     else:
-        round_.emit(F.JobStatusChanged(
+        round_.emit(F.job_status_changed(
             **base, status=JobStatus(status.value), status_reason=command.status_reason,
             cause=StatusCause.REPORTED,
         ))  # fmt: skip

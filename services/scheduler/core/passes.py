@@ -22,7 +22,6 @@ from __future__ import annotations
 from quotasched.events import facts as F
 from quotasched.events.values import (
     BlockedReason,
-    CapacityUsage,
     JobStatus,
     PreemptionOutcome,
     PreemptionReason,
@@ -112,7 +111,7 @@ def _admitted(round_: Round, environment: Environment, queue: Queue, share: Shar
         return False
     if head.reason_code in _MISCONFIGURED:
         # The configuration changed under a blocked head: it is an ordinary waiter again.
-        round_.emit(F.JobStatusChanged(
+        round_.emit(F.job_status_changed(
             at=round_.at, command_seq=round_.seq, job_id=head.job_id, attempt=head.attempt,
             status=JobStatus.RUNNABLE, status_reason=None, cause=StatusCause.UNBLOCKED,
         ))  # fmt: skip
@@ -177,11 +176,10 @@ def _dispatch(round_: Round, queue: Queue, share: Share, head: Job, victims: lis
             outcome=PreemptionOutcome.REQUEUED if requeued else PreemptionOutcome.FAILED,
             preempted_attempt_count=count,
         ))  # fmt: skip
-    round_.emit(F.JobDispatched(
+    round_.emit(F.job_dispatched(
         at=round_.at, command_seq=round_.seq, job_id=head.job_id, attempt=head.attempt + 1,
-        job_queue=queue.name, quota_share_name=share.name,
-        capacity_usage=[CapacityUsage(capacity_unit=u, quantity=n) for u, n in head.need],
-        borrowed=[CapacityUsage(capacity_unit=u, quantity=n) for u, n in borrowed_by(share, head.need)],
+        job_queue=queue.name, quota_share_name=share.name, capacity_usage=head.need,
+        borrowed=borrowed_by(share, head.need),
         after_preemption_of=[victim.job_id for victim in victims],
     ))  # fmt: skip
     return True

@@ -93,7 +93,7 @@ def fire_due(round_: Round, until: float) -> None:
             state.pop(state.timeouts)
             attempt_ended(round_, job, ATTEMPT_TIMED_OUT, StatusCause.ATTEMPT_TIMEOUT)
         else:
-            round_.emit(F.JobStatusChanged(
+            round_.emit(F.job_status_changed(
                 at=round_.at, command_seq=round_.seq, job_id=job.job_id, attempt=job.attempt,
                 status=JobStatus.FAILED, cause=StatusCause.TIME_LIMIT, is_terminated=True,
                 status_reason=f"Terminated by JobStateTimeLimit action due to reason: {reason}",
@@ -124,7 +124,7 @@ def attempt_ended(round_: Round, job: Job, reason: str, cause: StatusCause) -> N
     action = next((rule.action for rule in job.retry_rules
                    if fnmatchcase(reason, rule.on_status_reason)), RetryAction.RETRY)  # fmt: skip
     retry = action is RetryAction.RETRY and job.attempts_used < job.attempts_max
-    round_.emit(F.JobStatusChanged(
+    round_.emit(F.job_status_changed(
         at=round_.at, command_seq=round_.seq, job_id=job.job_id, attempt=job.attempt,
         status=JobStatus.RUNNABLE if retry else JobStatus.FAILED, status_reason=reason,
         cause=StatusCause.RETRY if retry else cause,
