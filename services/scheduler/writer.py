@@ -238,8 +238,7 @@ class Writer:
         state = recovered.state
         out: list[tuple[str, bytes, dict[str, str]]] = []
         decided = recovered.decided_through
-        scope = self.scope
-        partitioned = scope.token is not None
+        partitioned = self.scope.token is not None
         log_refusals = self.health.log_refusals
         refusals = self._refusals
         if refusals is None:  # deciding outside a term's `_write` (a benchmark, a test)
@@ -266,20 +265,16 @@ class Writer:
             recovered.commands_through = seq
             queue, share, _ = parsed
             route = (queue, share)
-            subjects = [fact_subject_of(state, fact, route) for fact in facts]
-            if partitioned:  # one partition among several: only our own part
-                mine = [(f, s) for f, s in zip(facts, subjects) if scope.owns(s)]
-                facts, subjects = [f for f, _ in mine], [s for _, s in mine]
-            encoded = [encode_bytes(fact) for fact in facts]
-            skip = self._already_logged(seq, encoded) if recovered.partial is not None else 0
-            count = str(len(facts))  # lets readers know when they have all of a command
-            for index, (subject_out, payload) in enumerate(zip(subjects, encoded)):
-                if index < skip:
-                    continue
-                headers = {"Nats-Msg-Id": f"{partition}:{seq}:{index}", "Qm-Facts": count}
-                if len(payload) > fits_below:
-                    self._check_fits(seq, subject, facts[index].kind, payload, headers)
-                out.append((subject_out, payload, headers))
+            if partitioned or recovered.partial is not None:
+                facts = self._own_part(seq, subject, facts, route, out)
+            else:  # the common case, in one pass
+                count = str(len(facts))  # lets readers know when they have all of a command
+                for index, fact in enumerate(facts):
+                    payload = encode_bytes(fact)
+                    headers = {"Nats-Msg-Id": f"{partition}:{seq}:{index}", "Qm-Facts": count}
+                    if len(payload) > fits_below:
+                        self._check_fits(seq, subject, fact.kind, payload, headers)
+                    out.append((fact_subject_of(state, fact, route), payload, headers))
             if facts:
                 decided = seq
                 recovered.decided_through = seq
@@ -293,6 +288,29 @@ class Writer:
         self.commands_decided += len(batch)
         freeze_now(before, self.commands_decided)
         return out, decided
+
+    def _own_part(self, seq: int, subject: str, facts: list, route: tuple,
+                  out: list[tuple[str, bytes, dict[str, str]]]) -> list:  # fmt: skip
+        """Add to `out` what this writer records of command `seq`'s facts: only its own part
+        when it is one partition among several, and only what a dead leader did not append
+        already (the first command of a term after a crash).  Returns the facts recorded."""
+        state = self.recovered.state
+        subjects = [fact_subject_of(state, fact, route) for fact in facts]
+        if self.scope.token is not None:  # one partition among several: only our own part
+            mine = [(f, s) for f, s in zip(facts, subjects) if self.scope.owns(s)]
+            facts, subjects = [f for f, _ in mine], [s for _, s in mine]
+        encoded = [encode_bytes(fact) for fact in facts]
+        skip = self._already_logged(seq, encoded) if self.recovered.partial is not None else 0
+        count = str(len(facts))
+        fits_below = self._fits_below()
+        for index, (subject_out, payload) in enumerate(zip(subjects, encoded)):
+            if index < skip:
+                continue
+            headers = {"Nats-Msg-Id": f"{self.partition}:{seq}:{index}", "Qm-Facts": count}
+            if len(payload) > fits_below:
+                self._check_fits(seq, subject, facts[index].kind, payload, headers)
+            out.append((subject_out, payload, headers))
+        return facts
 
     def _fits_below(self) -> int:
         """The largest fact payload that fits the bus whatever its headers (`_check_fits`
