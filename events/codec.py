@@ -15,7 +15,13 @@ from typing import Any, BinaryIO
 from pydantic import TypeAdapter, ValidationError
 
 from quotasched.events.base import JOB_ID_PATTERN, JOB_ID_RULE, NAME_PATTERN, NAME_RULE
-from quotasched.events.commands import COMMAND_KINDS, AnyCommand, Command
+from quotasched.events.commands import (
+    BOUNDED_MESSAGE_BYTES,
+    COMMAND_KINDS,
+    SIZE_BOUNDED,
+    AnyCommand,
+    Command,
+)
 from quotasched.events.facts import AnyFact, Fact
 
 COMMANDS: TypeAdapter[Command] = TypeAdapter(AnyCommand)
@@ -56,7 +62,9 @@ class DecodeError(ValueError):
 def decode_command(data: bytes | str) -> Command:
     """Validate one wire message.  Only the camelCase names are accepted on the wire."""
     try:
-        return _VALIDATE_COMMAND(data, by_alias=True, by_name=False)
+        size = len(data) if isinstance(data, bytes) else 4 * len(data)  # a character: 1-4 bytes
+        bounded = SIZE_BOUNDED if size <= BOUNDED_MESSAGE_BYTES else None
+        return _VALIDATE_COMMAND(data, by_alias=True, by_name=False, context=bounded)
     except ValidationError as error:
         failure = DecodeError("", data)
         failure.reason = _describe(error, failure.kind, failure.raw)

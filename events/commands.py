@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationInfo, model_validator
 
 from quotasched.events.base import (
     INT32_MAX, MAX_INSTANCES, JobId, LogicalTime, Name, NameOrArn, NewJobId, Priority, Wire,
@@ -37,6 +37,15 @@ from quotasched.events.values import (
 )
 
 PAYLOAD_LIMIT_BYTES = 10 * 1024
+# A message of at most this many bytes holds a payload whose compact JSON (`json.dumps` with
+# ASCII escapes, what the 10 KiB limit measures) is within the limit: encoding JSON again
+# makes no part of it more than 4.5x longer (a number: `1e15` becomes `1000000000000000.0`;
+# a character of 2 UTF-8 bytes becomes `\u00e9`, 3x; whitespace and escapes only shrink),
+# so at most 4.5 x 2,048 = 9,216 bytes.  tests/unit/test_payload_bound.py holds the bound.
+BOUNDED_MESSAGE_BYTES = PAYLOAD_LIMIT_BYTES // 5
+# The validation context `codec.decode_command` passes for such a message (compared by
+# identity: nothing else can pass this very object).
+SIZE_BOUNDED: dict[str, int] = {"messageBytesAtMost": BOUNDED_MESSAGE_BYTES}
 
 
 class Command(Wire):
@@ -165,7 +174,7 @@ class SubmitServiceJob(Command):
     tags: Tags | None = None
 
     @model_validator(mode="after")
-    def _need_is_known(self) -> SubmitServiceJob:
+    def _need_is_known(self, info: ValidationInfo) -> SubmitServiceJob:
         if self.share_identifier is not None:
             raise ValueError(
                 "shareIdentifier can't be used on a quota-management job queue; "
@@ -174,8 +183,12 @@ class SubmitServiceJob(Command):
         if (self.capacity_usage is None) == (self.service_request_payload is None):
             raise ValueError("give exactly one of capacityUsage or serviceRequestPayload")
         if self.service_request_payload is not None:
-            need_from_payload(self.service_request_payload)  # raises precisely
-        _check_images(self.tags, self.service_request_payload)
+            # raises precisely; a payload within a message of at most BOUNDED_MESSAGE_BYTES
+            # cannot be over the limit, and is not encoded again to be measured
+            need_from_payload(self.service_request_payload,
+                              size_checked=info.context is SIZE_BOUNDED)  # fmt: skip
+        if self.tags is not None or self.service_request_payload is not None:
+            _check_images(self.tags, self.service_request_payload)
         return self
 
     def need(self) -> tuple[tuple[str, int], ...]:
