@@ -3,6 +3,7 @@ block of jobs, and the blocks no job of changed reused from the snapshot before.
 
 from __future__ import annotations
 
+import json
 import pickle
 import zlib
 from pathlib import Path
@@ -14,6 +15,7 @@ from quotasched.services.replay import replay_lines
 from quotasched.services.scheduler import snapshots
 from quotasched.services.scheduler.core import State
 from quotasched.services.scheduler.core.decision import step_raw
+from quotasched.events.values import JobStatus
 from quotasched.services.scheduler.core.views import canonical_state
 from quotasched.services.scheduler.log import Recovered
 from quotasched.services.scheduler.snapshots import (
@@ -174,6 +176,51 @@ def test_a_chain_reuses_nothing_for_a_state_whose_changes_it_did_not_follow():
     assert rebuilt.changed is None
     assert chain.begin(rebuilt) is None
     assert rebuilt.changed is chain.marks
+
+
+def test_heaps_are_left_out_and_made_again_from_the_jobs_with_the_same_order():
+    """A snapshot stores no heap entry; the loaded state's heaps hold one entry for each
+    RUNNABLE job (the live ones may also hold stale entries, passed over wherever a heap is
+    read), are heaps, and give every share the same head and the same waiting order as the
+    live state."""
+    from quotasched.services.scheduler.core.waiting import in_order
+
+    lines = (EXAMPLES / "two-teams-day.jsonl").read_bytes().splitlines()[:30]
+    submissions = [json.loads(line) for line in lines if b'"SubmitServiceJob"' in line]
+    at = max(json.loads(line).get("at", 0) for line in lines)
+    for index in range(40):  # more jobs waiting, and priority updates leaving stale entries
+        extra = {**submissions[index % len(submissions)], "at": at, "jobId": f"extra-{index}",
+                 "jobName": f"extra-{index}", "schedulingPriority": index % 4}  # fmt: skip
+        extra.pop("clientToken", None)
+        lines.append(json.dumps(extra).encode())
+    lines += [json.dumps({"at": at, "kind": "UpdateServiceJob", "jobId": f"extra-{index}",
+                          "schedulingPriority": 9 - index % 3}).encode()
+              for index in range(0, 40, 3)]  # fmt: skip
+    state, facts = replayed(lines)
+    shares = [(queue.name, share) for queue in state.queues.values()
+              for share in queue.shares.values()]  # fmt: skip
+    before = [list(share.heap) for _, share in shares]
+    assert sum(map(len, before)) > 30, "want waiting jobs"
+    assert sum(len(heap) for heap in before) > sum(
+        job.status is JobStatus.RUNNABLE for job in state.jobs.values()), "want stale entries"
+    stored = encode_snapshot((SNAPSHOT_VERSION, facts, 1, 1, False, state))
+    assert [share.heap for _, share in shares] == before  # the live state as it was
+    header, at = snapshots._header(stored)
+    fields = pickle.loads(zstandard.ZstdDecompressor().decompress(stored[at:at + header[-2]]))
+    assert all(share.heap == [] for queue in fields[2].values() for share in queue.shares.values())
+
+    *_, restored = decode_snapshot(stored)
+    for queue_name, share in shares:
+        loaded = restored.queues[queue_name].shares[share.name]
+        live = {entry for entry in share.heap if (job := state.jobs.get(entry[2])) is not None
+                and job.status is JobStatus.RUNNABLE and job.key() == entry}  # fmt: skip
+        assert sorted(loaded.heap) == sorted(live)
+        assert all(loaded.heap[i] <= loaded.heap[c] for i in range(len(loaded.heap))
+                   for c in (2 * i + 1, 2 * i + 2) if c < len(loaded.heap))  # fmt: skip
+        assert [job.job_id for job in in_order(restored, loaded, 0, 10**6)] == \
+            [job.job_id for job in in_order(state, share, 0, 10**6)]
+        head, loaded_head = state.peek(share), restored.peek(loaded)
+        assert (head and head.job_id) == (loaded_head and loaded_head.job_id)
 
 
 def test_older_layouts_decode_to_nothing_so_the_whole_log_is_folded():

@@ -154,6 +154,24 @@ class State:
         self._journal = None
         self._saved = set()
 
+    def rebuild_heaps(self) -> None:
+        """Every share's heap made again from its jobs: an entry for each RUNNABLE job, and
+        nothing else.  A heap holds no more than the order the jobs' own slots give (its stale
+        entries are passed over wherever it is read), so a snapshot leaves the heaps out and
+        its loader calls this (snapshots.py)."""
+        for queue in self.queues.values():
+            for share in queue.shares.values():
+                share.heap = []
+        for job in self.jobs.values():
+            if job.status is JobStatus.RUNNABLE:
+                of_queue = self.queues.get(job.queue)
+                of_share = of_queue.shares.get(job.share) if of_queue is not None else None
+                if of_share is not None:
+                    of_share.heap.append((-job.priority, job.seq, job.job_id))
+        for queue in self.queues.values():
+            for share in queue.shares.values():
+                heapq.heapify(share.heap)
+
     # -- journaled structural changes --------------------------------------------------------
 
     def set_time(self, time: float) -> None:
