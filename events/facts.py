@@ -10,6 +10,7 @@ borrowed, why), so nothing downstream ever recomputes a scheduling decision.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import Field
@@ -249,8 +250,8 @@ class JobDispatched(Fact):
 
 
 def job_dispatched(*, at: float, command_seq: int, job_id: str, attempt: int, job_queue: str,
-                   quota_share_name: str, capacity_usage: tuple[tuple[str, int], ...],
-                   borrowed: tuple[tuple[str, int], ...] | list[tuple[str, int]],
+                   quota_share_name: str, capacity_usage: Iterable[tuple[str, int]],
+                   borrowed: Iterable[tuple[str, int]],
                    after_preemption_of: list[str]) -> JobDispatched:  # fmt: skip
     """`JobDispatched(...)` with these values, the (unit, quantity) pairs as CapacityUsage,
     assembled without validating again (see `job_status_changed`): 3.6 us validated, most of
@@ -265,7 +266,7 @@ def job_dispatched(*, at: float, command_seq: int, job_id: str, attempt: int, jo
 _DISPATCHED_SET = frozenset(JobDispatched.model_fields) - {"kind"}
 
 
-def usages(pairs) -> list[CapacityUsage]:
+def usages(pairs: Iterable[tuple[str, int]]) -> list[CapacityUsage]:
     """CapacityUsage items of (unit, quantity) pairs taken from validated state, unvalidated."""
     return [_assembled(CapacityUsage, {"capacity_unit": unit, "quantity": quantity}, _USAGE_SET)
             for unit, quantity in pairs]  # fmt: skip

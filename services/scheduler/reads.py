@@ -14,7 +14,7 @@ found through their shares' `dispatched` maps.
 Invariants:
 - every list here is in ascending `seq` (newest last), so "newest first, older than a cursor"
   is a bisect and a backwards walk;
-- `select` examines at most `SCAN_BUDGET` jobs (plus its page) per call, whatever the number
+- `Selection` examines at most `SCAN_BUDGET` jobs (plus its page) per page, whatever the number
   of jobs, and says where it stopped: a page may come back short with a cursor, as AWS's
   ListServiceJobs pages may.
 """
@@ -235,11 +235,3 @@ class Selection:
                 self.next_seq = kept[-1].seq
                 return
 
-
-def select(walk: Iterator[Job], keep: Callable[[Job], bool], limit: int,
-           budget: int = SCAN_BUDGET) -> tuple[list[Job], int | None]:  # fmt: skip
-    """`Selection` done at once: (the jobs kept, the cursor to continue from or None)."""
-    selection = Selection(walk, keep, limit, budget)
-    for _ in selection.steps():
-        pass
-    return selection.kept, selection.next_seq

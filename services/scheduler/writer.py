@@ -265,16 +265,20 @@ class Writer:
             recovered.commands_through = seq
             queue, share, _ = parsed
             route = (queue, share)
+            subjects, skip = None, 0
             if partitioned or recovered.partial is not None:
-                facts = self._own_part(seq, subject, facts, route, out)
-            else:  # the common case, in one pass
-                count = str(len(facts))  # lets readers know when they have all of a command
-                for index, fact in enumerate(facts):
-                    payload = encode_bytes(fact)
-                    headers = {"Nats-Msg-Id": f"{partition}:{seq}:{index}", "Qm-Facts": count}
-                    if len(payload) > fits_below:
-                        self._check_fits(seq, subject, fact.kind, payload, headers)
-                    out.append((fact_subject_of(state, fact, route), payload, headers))
+                facts, subjects, skip = self._own_part(seq, facts, route)
+            count = str(len(facts))  # lets readers know when they have all of a command
+            for index, fact in enumerate(facts):  # encoded, headed and routed in one pass
+                if index < skip:
+                    continue
+                payload = encode_bytes(fact)
+                headers = {"Nats-Msg-Id": f"{partition}:{seq}:{index}", "Qm-Facts": count}
+                if len(payload) > fits_below:
+                    self._check_fits(seq, subject, fact.kind, payload, headers)
+                subject_out = fact_subject_of(state, fact, route) if subjects is None \
+                    else subjects[index]
+                out.append((subject_out, payload, headers))
             if facts:
                 decided = seq
                 recovered.decided_through = seq
@@ -289,28 +293,19 @@ class Writer:
         freeze_now(before, self.commands_decided)
         return out, decided
 
-    def _own_part(self, seq: int, subject: str, facts: list, route: tuple,
-                  out: list[tuple[str, bytes, dict[str, str]]]) -> list:  # fmt: skip
-        """Add to `out` what this writer records of command `seq`'s facts: only its own part
-        when it is one partition among several, and only what a dead leader did not append
-        already (the first command of a term after a crash).  Returns the facts recorded."""
+    def _own_part(self, seq: int, facts: list, route: tuple) -> tuple[list, list[str], int]:
+        """What this writer records of command `seq`'s facts: only its own part when it is one
+        partition among several, with their subjects; and how many of them a dead leader
+        appended already (the first command of a term after a crash)."""
         state = self.recovered.state
         subjects = [fact_subject_of(state, fact, route) for fact in facts]
         if self.scope.token is not None:  # one partition among several: only our own part
             mine = [(f, s) for f, s in zip(facts, subjects) if self.scope.owns(s)]
             facts, subjects = [f for f, _ in mine], [s for _, s in mine]
-        encoded = [encode_bytes(fact) for fact in facts]
-        skip = self._already_logged(seq, encoded) if self.recovered.partial is not None else 0
-        count = str(len(facts))
-        fits_below = self._fits_below()
-        for index, (subject_out, payload) in enumerate(zip(subjects, encoded)):
-            if index < skip:
-                continue
-            headers = {"Nats-Msg-Id": f"{self.partition}:{seq}:{index}", "Qm-Facts": count}
-            if len(payload) > fits_below:
-                self._check_fits(seq, subject, facts[index].kind, payload, headers)
-            out.append((subject_out, payload, headers))
-        return facts
+        skip = 0
+        if self.recovered.partial is not None:
+            skip = self._already_logged(seq, [encode_bytes(fact) for fact in facts])
+        return facts, subjects, skip
 
     def _fits_below(self) -> int:
         """The largest fact payload that fits the bus whatever its headers (`_check_fits`

@@ -10,7 +10,7 @@ import random
 import pytest
 
 from quotasched.services.scheduler.api import answer
-from quotasched.services.scheduler.reads import ReadIndex, Selection, select
+from quotasched.services.scheduler.reads import ReadIndex, Selection
 from tests.builders import Cluster
 
 STATUSES = ("RUNNABLE", "SCHEDULED", "RUNNING", "SUCCEEDED", "FAILED")
@@ -176,8 +176,11 @@ def test_a_request_examines_at_most_its_budget_and_the_rest_follows_on_later_pag
     while True:
         walk = index.scan("q", cursor)
         examined = []
-        page, cursor = select((examined.append(job) or job for job in walk),
+        selection = Selection((examined.append(job) or job for job in walk),
                               lambda job: job.job_name == "rare", limit=10, budget=7)
+        for _ in selection.steps():
+            pass
+        page, cursor = selection.kept, selection.next_seq
         assert len(examined) <= 10 + 7
         found += [job.job_id for job in page]
         pages += 1

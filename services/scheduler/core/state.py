@@ -81,7 +81,7 @@ class State:
         self.forgotten_new: set[int] = set()
         # The acceptance seqs of the jobs changed, added or dropped since the shell last took
         # this set (None: nobody asks).  A snapshot re-encodes only the jobs around these and
-        # reuses the rest of the one before (services/scheduler/log.py).  Marked where the
+        # reuses the rest of the one before (services/scheduler/snapshots.py).  Marked where the
         # journal is kept (`save`, `put` and `drop` on `jobs`), so whatever a trial could undo
         # is marked, even outside a trial.
         self.changed: set[int] | None = None
@@ -214,8 +214,8 @@ class State:
 
     def _mark(self, mapping: dict, value: Any) -> None:
         """A job entering or leaving `jobs` changes the snapshot's jobs around its seq."""
-        if self.changed is not None and mapping is self.jobs:
-            self.changed.add(value.seq)
+        if mapping is self.jobs:
+            self.touch(value)
 
     def append_ended(self, queue: str, at: float, job_id: str) -> None:
         ended = self.ended.get(queue)
