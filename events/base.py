@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 from pydantic.alias_generators import to_camel
 
 
@@ -48,10 +48,12 @@ NAME_RULE = "must be 1-128 characters of letters, digits, hyphens (-) and unders
 Name = Annotated[str, Field(pattern=NAME_PATTERN)]
 """An AWS Batch resource name: 1-128 characters of `[A-Za-z0-9_-]`."""
 
-NameOrArn = Annotated[str, BeforeValidator(_strip_arn), Field(pattern=NAME_PATTERN)]
+NameOrArn = Annotated[str, Field(pattern=NAME_PATTERN), BeforeValidator(_strip_arn),
+                      WithJsonSchema({"type": "string"})]
 """A name, or an ARN whose last path element is the name."""
 
-JobId = Annotated[str, BeforeValidator(_strip_arn), Field(min_length=1, max_length=256)]
+JobId = Annotated[str, Field(min_length=1, max_length=256), BeforeValidator(_strip_arn),
+                  WithJsonSchema({"type": "string", "minLength": 1, "maxLength": 256})]
 """A job id (or a job ARN, as the SageMaker SDK sends), naming an existing job: any id a log
 may hold, so a job submitted under an older rule can still be updated and terminated."""
 

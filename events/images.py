@@ -41,21 +41,27 @@ def reference_problem(reference: object) -> str | None:
         return f"is not a string ({type(reference).__name__})"
     if not reference:
         return "is empty"
-    shown = repr(reference) if len(reference) <= 60 else repr(reference[:57]) + "..."
     if len(reference) > MAX_REFERENCE_CHARS:
-        return f"{shown} is longer than {MAX_REFERENCE_CHARS} characters"
+        return f"{_shown(reference)} is longer than {MAX_REFERENCE_CHARS} characters"
     if reference.startswith("-"):
-        return f"{shown} begins with '-': it would be read as a container runtime option"
+        return (f"{_shown(reference)} begins with '-': it would be read as a container "
+                "runtime option")
     # Python counts every whitespace character but the space as not printable: two C-level
     # scans instead of a generator over the characters (every submission with an image pays)
     if " " in reference or not reference.isprintable():
-        return f"{shown} holds whitespace or control characters"
+        return f"{_shown(reference)} holds whitespace or control characters"
     found = _REFERENCE.fullmatch(reference)
     if found is None:
-        return f"{shown} is not an image reference {_why_not(reference)}"
+        return f"{_shown(reference)} is not an image reference {_why_not(reference)}"
     if len(found.group(1)) > MAX_NAME_CHARS:
-        return f"{shown}: the repository name is longer than {MAX_NAME_CHARS} characters"
+        return (f"{_shown(reference)}: the repository name is longer than {MAX_NAME_CHARS} "
+                "characters")
     return None
+
+
+def _shown(reference: str) -> str:
+    """`reference` as a message quotes it (only a refusal pays for it)."""
+    return repr(reference) if len(reference) <= 60 else repr(reference[:57]) + "..."
 
 
 def _why_not(reference: str) -> str:
