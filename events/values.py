@@ -26,13 +26,14 @@ class SharingStrategy(str, Enum):
     LEND = "LEND"
     LEND_AND_BORROW = "LEND_AND_BORROW"
 
-    @property
-    def lends(self) -> bool:
-        return self is not SharingStrategy.RESERVE
+    # Plain attributes of each member, not properties: the decision core reads them on every
+    # pass, and a property is a Python call each time (events/ is not compiled).
+    lends: bool
+    borrows: bool
 
-    @property
-    def borrows(self) -> bool:
-        return self is SharingStrategy.LEND_AND_BORROW
+    def __init__(self, value: str) -> None:
+        self.lends = value != "RESERVE"
+        self.borrows = value == "LEND_AND_BORROW"
 
 
 class InSharePreemption(str, Enum):
@@ -49,17 +50,15 @@ class JobStatus(str, Enum):
     SUCCEEDED = "SUCCEEDED"
     FAILED = "FAILED"
 
-    @property
-    def dispatched(self) -> bool:
-        """SCHEDULED, STARTING and RUNNING hold capacity; nothing else does."""
-        return self in _DISPATCHED
+    # Attributes of each member, not properties (see SharingStrategy).
+    dispatched: bool
+    """SCHEDULED, STARTING and RUNNING hold capacity; nothing else does."""
+    terminal: bool
+    """SUCCEEDED and FAILED: the job is over."""
 
-    @property
-    def terminal(self) -> bool:
-        return self is JobStatus.SUCCEEDED or self is JobStatus.FAILED
-
-
-_DISPATCHED = frozenset({JobStatus.SCHEDULED, JobStatus.STARTING, JobStatus.RUNNING})
+    def __init__(self, value: str) -> None:
+        self.dispatched = value in ("SCHEDULED", "STARTING", "RUNNING")
+        self.terminal = value in ("SUCCEEDED", "FAILED")
 
 
 class ReportedStatus(str, Enum):
