@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/replay_bench.py            # full run (several minutes)
     .venv/bin/python benchmarks/replay_bench.py --quick    # small sizes, about a minute
     .venv/bin/python benchmarks/replay_bench.py --profile  # also cProfile the main workload
+    .venv/bin/python benchmarks/replay_bench.py --phases   # decode / decide / encode by kind
 
 Workloads are generated (deterministically, by benchmarks/workload.py) into benchmarks/out/ and
 reused on later runs.  Every measurement runs in its own child process (so peak RSS is per
@@ -170,6 +171,81 @@ def profile(path: Path, top: int, dump: Path) -> None:
         stats.strip_dirs().sort_stats(order).print_stats(top)
 
 
+def phases(path: Path) -> dict:
+    """Per command kind: how many, and the µs a command of it spends decoding, deciding (the
+    core's `step`, facts assembled and folded) and encoding its facts, in one replay of
+    `path` timed command by command (perf_counter around each phase: about 0.1 µs of the
+    figures is the timing itself), with the `json` floor of the same lines beside them."""
+    from collections import defaultdict
+
+    from quotasched.events.codec import decode_command, encode_bytes
+    from quotasched.services.scheduler.core import State, step
+
+    lines = [line.rstrip(b"\r\n") for line in _read_lines(path)]
+    clock, state = time.perf_counter, State()
+    kinds: dict[str, list] = defaultdict(lambda: [0, 0.0, 0.0, 0.0, 0, []])
+    for number, line in enumerate(lines, start=1):
+        if number % 16384 == 0:
+            gc.freeze()  # as services.replay does
+        start = clock()
+        command = decode_command(line)
+        decoded = clock()
+        facts = step(state, command, number, size=len(line))
+        decided = clock()
+        for fact in facts:
+            encode_bytes(fact)
+        encoded = clock()
+        row = kinds[command.kind]
+        row[0] += 1
+        row[1] += decoded - start
+        row[2] += decided - decoded
+        row[3] += encoded - decided
+        row[4] += len(facts)
+        row[5].append(line)
+    loads, dumps = json.loads, json.dumps
+    out = {}
+    for kind, (count, decode, decide, encode, facts, kind_lines) in kinds.items():
+        start = clock()
+        for line in kind_lines:
+            dumps(loads(line))
+        out[kind] = {"count": count, "decode": decode, "decide": decide, "encode": encode,
+                     "facts": facts, "floor": clock() - start}  # fmt: skip
+    return {"kinds": out, "compiled": _compiled()}
+
+
+def print_phases(path: Path) -> None:
+    """The phase table of `path` with each core this machine has (children, as measure)."""
+    runs = {}
+    for pure in (False, True):
+        env = {**os.environ, "QUOTASCHED_PURE_PYTHON": "1"} if pure else None
+        result = subprocess.run([sys.executable, __file__, "--phases-only", str(path)],
+                                check=True, capture_output=True, text=True, env=env)  # fmt: skip
+        data = json.loads(result.stdout)
+        runs["compiled" if data["compiled"] else "interpreted"] = data["kinds"]
+    cores = list(runs)
+    first = runs[cores[0]]
+    total = sum(row["count"] for row in first.values())
+    print(f"\nwhere a command's time goes, by kind ({path.name}; µs a command, wall clock "
+          "timed phase by phase; decode and encode from the first core's run):")
+    print(f"{'kind':26} {'share':>6} {'floor':>6} {'decode':>7} {'encode':>7} " +
+          " ".join(f"{'decide ' + core:>20}" for core in cores))  # fmt: skip
+    for kind, row in sorted(first.items(), key=lambda item: -item[1]["count"]):
+        n = row["count"]
+        if n * 200 < total:
+            continue  # under half a percent of the commands
+        decided = " ".join(f"{runs[core][kind]['decide'] / n * 1e6:20.2f}" for core in cores)
+        print(f"{kind:26} {n / total:6.1%} {row['floor'] / n * 1e6:6.2f} "
+              f"{row['decode'] / n * 1e6:7.2f} {row['encode'] / n * 1e6:7.2f} {decided}")  # fmt: skip
+    floor = sum(row["floor"] for row in first.values()) / total * 1e6
+    edges = sum(row["decode"] + row["encode"] for row in first.values()) / total * 1e6
+    print(f"{'all commands':26} {'':>6} {floor:6.2f} decode + encode {edges:.2f} µs "
+          f"({edges / floor:.2f}x the floor)")  # fmt: skip
+    for core in cores:
+        decide = sum(row["decide"] for row in runs[core].values()) / total * 1e6
+        print(f"  deciding, {core} core: {decide:.2f} µs a command ({decide / floor:.2f}x the "
+              f"floor); with decode and encode {(decide + edges) / floor:.2f}x")  # fmt: skip
+
+
 # -- parent process: workloads, children, report ------------------------------------------
 
 
@@ -270,7 +346,10 @@ def main(argv: list[str] | None = None) -> None:
                         help="largest queued-job level (default 1,000,000; quick 100,000)")
     parser.add_argument("--measure", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--window", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--phases", action="store_true",
+                        help="also time decode, decide and encode by command kind, each core")
     parser.add_argument("--profile-only", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--phases-only", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
 
     if args.measure is not None:  # child
@@ -278,6 +357,9 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.profile_only is not None:  # child
         profile(args.profile_only, 15, args.profile_only.with_suffix(".prof"))
+        return
+    if args.phases_only is not None:  # child
+        print(json.dumps(phases(args.phases_only)))
         return
 
     if args.smoke:
@@ -379,6 +461,8 @@ def main(argv: list[str] | None = None) -> None:
           f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f} MiB; "
           f"per workload in the tables; total {time.perf_counter() - started:.0f}s")
 
+    if args.phases:
+        print_phases(size_cases[main_index].path)
     if args.profile:
         path = size_cases[main_index].path
         print(f"\nprofiling one replay of {path.name} (cProfile; adds overhead)...", flush=True)

@@ -44,15 +44,33 @@ def test_live_bench_prints_throughput_against_the_raw_writer_and_the_latency_p99
 
 
 def test_replay_bench_prints_replay_against_the_serialization_floor():
-    out = run_bench("replay_bench.py", "--smoke")
+    out = run_bench("replay_bench.py", "--smoke", "--phases")
     assert re.search(r"^decision core: (compiled|interpreted)", out, re.M), out
     assert re.search(r"^\[target 1\] replay/floor = [\d.]+x", out, re.M), out
+    # --phases: decode, decide and encode by kind, and the interpreted core's decision always
+    assert re.search(r"^SubmitServiceJob +[\d.]+% +[\d.]+ +[\d.]+ +[\d.]+ +[\d.]+", out, re.M), out
+    assert re.search(r"^  deciding, interpreted core: [\d.]+ µs a command \([\d.]+x the floor\)",
+                     out, re.M), out
 
 
 def test_restart_bench_prints_the_restart_with_and_without_the_snapshot():
     out = run_bench("restart_bench.py", "--smoke")
     assert "== restart after SIGKILL" in out, out
     assert re.search(r"rebuild with the snapshot [\d.]+x faster than folding the whole log", out), out
+
+
+def test_restart_bench_worst_tail_restarts_against_the_tail_it_built():
+    # 20,000 commands (half held back): enough for three snapshots or more at the smoke's interval of 500 facts
+    out = run_bench("restart_bench.py", "--smoke", "--worst-tail", "--instance-lock",
+                    "--commands", "20000", env={"QUOTASCHED_LEASE_TTL_S": "120"})  # fmt: skip
+    cadence = re.search(r"the longest tail this cadence allows: ([\d,]+) facts", out)
+    built = re.search(r"more commands: ([\d,]+) facts, ([\d,]+) after the stored snapshot", out)
+    assert cadence and built, out
+    tail = int(built.group(2).replace(",", ""))
+    # the restart's own count (its "state rebuilt" line) is the tail the bench says it built
+    folded = re.search(r"^snapshot \+ tail\s+([\d,]+)\s", out, re.M)
+    assert folded and int(folded.group(1).replace(",", "")) == tail, out
+    assert tail > 0, out
 
 
 def test_restart_bench_with_an_instance_lock_takes_the_killed_schedulers_lease_back():
