@@ -26,9 +26,11 @@ from quotasched.events.facts import AnyFact, Fact
 
 COMMANDS: TypeAdapter[Command] = TypeAdapter(AnyCommand)
 FACTS: TypeAdapter[Fact] = TypeAdapter(AnyFact)
-# The adapter's pydantic-core validator, called directly: the Python wrapper around it costs
-# as much per command as validating a small one's fields.
+# The adapters' pydantic-core validators, called directly: the Python wrapper around one costs
+# as much per command as validating a small one's fields, and 0.3 us of the 1.5 a small fact
+# takes to decode (what a restart's fold of the tail does for every fact).
 _VALIDATE_COMMAND = COMMANDS.validator.validate_json
+_VALIDATE_FACT = FACTS.validator.validate_json
 
 
 class DecodeError(ValueError):
@@ -73,7 +75,7 @@ def decode_command(data: bytes | str) -> Command:
 
 
 def decode_fact(data: bytes | str) -> Fact:
-    return FACTS.validate_json(data)
+    return _VALIDATE_FACT(data)
 
 
 def encode(message: Command | Fact) -> str:
