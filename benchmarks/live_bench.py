@@ -516,7 +516,8 @@ def scheduler_env(url: str) -> dict[str, str]:
 class SchedulerProcess:
     """`quotasched scheduler` in its own session (so it can be stopped by its pid alone)."""
 
-    def __init__(self, url: str, log_path: Path, profile: str | None = None, profile_out: Path | None = None):
+    def __init__(self, url: str, log_path: Path, profile: str | None = None,
+                 profile_out: Path | None = None, env: dict[str, str] | None = None):  # fmt: skip
         quotasched = str(Path(sys.executable).parent / "quotasched")
         args = [sys.executable, quotasched, "scheduler", "--nats-url", url]
         if profile == "cprofile":
@@ -527,7 +528,8 @@ class SchedulerProcess:
         self.profiler = profile == "py-spy"
         self.log_path = log_path
         self.log = open(log_path, "ab")
-        self.popen = subprocess.Popen(args, env=scheduler_env(url), stdout=self.log, stderr=subprocess.STDOUT,
+        self.popen = subprocess.Popen(args, env={**scheduler_env(url), **(env or {})},
+                                      stdout=self.log, stderr=subprocess.STDOUT,
                                       start_new_session=True, cwd=str(ROOT))  # fmt: skip
 
     def alive(self) -> bool:

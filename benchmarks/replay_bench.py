@@ -215,8 +215,10 @@ def phases(path: Path) -> dict:
 
 def print_phases(path: Path) -> None:
     """The phase table of `path` with each core this machine has (children, as measure)."""
+    from quotasched.services.scheduler.core import COMPILED
+
     runs = {}
-    for pure in (False, True):
+    for pure in (False, True) if COMPILED else (True,):
         env = {**os.environ, "QUOTASCHED_PURE_PYTHON": "1"} if pure else None
         result = subprocess.run([sys.executable, __file__, "--phases-only", str(path)],
                                 check=True, capture_output=True, text=True, env=env)  # fmt: skip

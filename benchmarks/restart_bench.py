@@ -224,15 +224,8 @@ async def lengthen_tail(server_url: str, js, log_path: Path, held: list[tuple[st
     """Have a scheduler with snapshots off decide `held` a chunk at a time until the facts
     after the stored snapshot (captured at fact seq `stored_at`) reach `wanted`; SIGKILL it.
     Returns (commands published, facts after the snapshot)."""
-    before = os.environ.get("QUOTASCHED_SNAPSHOT_EVERY")
-    os.environ["QUOTASCHED_SNAPSHOT_EVERY"] = NO_SNAPSHOTS  # the subprocess inherits it
-    try:
-        process = SchedulerProcess(server_url, log_path)
-    finally:
-        if before is None:
-            del os.environ["QUOTASCHED_SNAPSHOT_EVERY"]
-        else:
-            os.environ["QUOTASCHED_SNAPSHOT_EVERY"] = before
+    process = SchedulerProcess(server_url, log_path,
+                               env={"QUOTASCHED_SNAPSHOT_EVERY": NO_SNAPSHOTS})
     published = 0
     try:
         facts, _ = await fact_summary(js)

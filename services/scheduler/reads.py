@@ -25,7 +25,6 @@ import heapq
 from bisect import bisect_left, insort
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from itertools import islice
 
 from quotasched.services.scheduler.core.entities import Job
 from quotasched.services.scheduler.core.state import State

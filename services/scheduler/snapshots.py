@@ -125,7 +125,7 @@ class SnapshotChain:
         if reuse is None:
             self.copied = 0
             return
-        dirty = {seq >> BLOCK_BITS for seq in reuse.changed}
+        dirty = _blocks_of(reuse.changed)
         self.copied = sum(1 for block in self.frames if block in reuse.frames and block not in dirty)
 
 
@@ -180,7 +180,7 @@ def encode_snapshot(image: tuple, reuse: Reuse | None = None) -> bytes:
         counts: dict[int, int] = {}
         for block, _ in blocks:
             counts[block] = counts.get(block, 0) + 1
-        dirty = set() if reuse is None else {seq >> BLOCK_BITS for seq in reuse.changed}
+        dirty = set() if reuse is None else _blocks_of(reuse.changed)
         view = None if reuse is None else memoryview(reuse.payload)
         frames: list[Any] = []
         copied: list[tuple[int, list[Any], Any]] = []
@@ -216,6 +216,11 @@ def _pickled_without_heaps(state: State, protocol: int) -> bytes:
     finally:  # in process (no fork), the state goes on as it was
         for share, heap in zip(shares, heaps):
             share.heap = heap
+
+
+def _blocks_of(seqs: set[int]) -> set[int]:
+    """The blocks holding these acceptance seqs."""
+    return {seq >> BLOCK_BITS for seq in seqs}
 
 
 def _blocks(state: State) -> list[tuple[int, list[Any]]]:
